@@ -1,0 +1,200 @@
+// Package pgtest gives each test a fresh, migrated PostgreSQL database of its
+// own, dropped when the test ends, so tests run in parallel against a real
+// server and leave nothing behind.
+//
+// The server is taken from TEST_DATABASE_URL, then DATABASE_URL, then the
+// local default. The first test in a run builds a template database with the
+// current schema (under an advisory lock, so parallel test binaries build it
+// once); each test then clones it with CREATE DATABASE ... TEMPLATE, which
+// takes tens of milliseconds.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/outboxkit/outbox/migrations"
+)
+
+// DefaultURL is the server tests use when neither TEST_DATABASE_URL nor
+// DATABASE_URL is set.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// ServerURL returns the URL of the server tests run against.
+func ServerURL() string {
+	for _, name := range []string{"TEST_DATABASE_URL", "DATABASE_URL"} {
+		if v := os.Getenv(name); v != "" {
+			return v
+		}
+	}
+	return DefaultURL
+}
+
+// WithDatabase returns serverURL with its database name replaced by name.
+func WithDatabase(serverURL, name string) (string, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", fmt.Errorf("pgtest: parse database URL: %w", err)
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+var (
+	templateOnce sync.Once
+	templateName string
+	templateErr  error
+)
+
+// NewDB creates a fresh database with the current schema and returns a pool
+// connected to it and its URL. Both are cleaned up when t ends.
+func NewDB(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx := context.Background()
+	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
+	if templateErr != nil {
+		t.Fatalf("pgtest: build template database: %v", templateErr)
+	}
+	name := "outbox_test_" + randomSuffix()
+	if err := CreateDatabase(ctx, name, templateName); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	dbURL, err := WithDatabase(ServerURL(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: connect to %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		if err := DropDatabase(context.Background(), name); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return pool, dbURL
+}
+
+// CreateDatabase creates database name, cloned from template when template
+// is not empty.
+func CreateDatabase(ctx context.Context, name, template string) error {
+	conn, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", ServerURL(), err)
+	}
+	defer conn.Close(ctx)
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	// Cloning fails while another session briefly holds the template (an
+	// autovacuum launcher, a concurrent clone on older servers): retry.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err = conn.Exec(ctx, sql)
+		if err == nil || !strings.Contains(err.Error(), "is being accessed by other users") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// DropDatabase drops database name, disconnecting anyone still using it.
+func DropDatabase(ctx context.Context, name string) error {
+	conn, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", ServerURL(), err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	return nil
+}
+
+// ensureTemplate builds the template database for the current schema once
+// per schema version. It is named after a hash of every migration, so a
+// changed migration gets a new template instead of a stale one.
+func ensureTemplate(ctx context.Context) (string, error) {
+	h := sha256.New()
+	for _, m := range migrations.All() {
+		fmt.Fprintf(h, "%d\n%s\n%s\n", m.Version, m.Up, m.Down)
+	}
+	riverMigrator, err := rivermigrate.New(riverpgxv5.New(nil), nil)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range riverMigrator.AllVersions() {
+		fmt.Fprintf(h, "river %d\n", m.Version)
+	}
+	name := "outbox_test_template_" + hex.EncodeToString(h.Sum(nil))[:16]
+
+	conn, err := pgx.Connect(ctx, ServerURL())
+	if err != nil {
+		return "", fmt.Errorf("connect to %s: %w", ServerURL(), err)
+	}
+	defer conn.Close(ctx)
+	const lockKey = 0x6f7574746d706c // "outtmpl"
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(lockKey)); err != nil {
+		return "", err
+	}
+	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, int64(lockKey)) //nolint:errcheck
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	// Build under a temporary name and rename when complete, so a run that
+	// dies half-way never leaves a half-migrated template behind.
+	building := name + "_build"
+	if err := DropDatabase(ctx, building); err != nil {
+		return "", err
+	}
+	if err := CreateDatabase(ctx, building, ""); err != nil {
+		return "", err
+	}
+	buildURL, err := WithDatabase(ServerURL(), building)
+	if err != nil {
+		return "", err
+	}
+	pool, err := pgxpool.New(ctx, buildURL)
+	if err != nil {
+		return "", err
+	}
+	_, err = migrations.New(pool, nil).Up(ctx)
+	pool.Close()
+	if err != nil {
+		return "", fmt.Errorf("migrate template: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{building}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func randomSuffix() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,73 @@
+package sendgridprovider_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/outboxkit/outbox/providers"
+	"github.com/outboxkit/outbox/providers/providertest"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
+)
+
+const validPayload = `{
+	"from": {"email": "shop@example.com", "name": "The Shop"},
+	"to": [{"email": "alice.smith@example.com", "name": "Alice Smith"}],
+	"cc": [{"email": "bob.jones@example.org"}],
+	"subject": "Your order has shipped",
+	"text": "Hello Alice, order 1234 is on its way.",
+	"html": "<p>Hello Alice, order 1234 is on its way.</p>",
+	"categories": ["orders"],
+	"custom_args": {"order_id": "1234", "session_token": "tok_live_secret"}
+}`
+
+func newDouble(t *testing.T) *sendgriddouble.Server {
+	t.Helper()
+	s, err := sendgriddouble.NewServer(sendgriddouble.Config{})
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func harness(reconcile bool) providertest.Harness {
+	return providertest.Harness{
+		NewDouble: func(t *testing.T) providertest.Double { return newDouble(t) },
+		NewProvider: func(t *testing.T, baseURL string) providers.Provider {
+			p, err := sendgridprovider.New(sendgridprovider.Config{
+				APIKey:    sendgriddouble.DefaultAPIKey,
+				BaseURL:   baseURL,
+				Reconcile: reconcile,
+			})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			return p
+		},
+		Kind:         sendgridprovider.KindEmail,
+		ValidPayload: json.RawMessage(validPayload),
+		InvalidPayloads: map[string]string{
+			`{"from":{"email":""},"to":[{"email":"a@example.com"}],"subject":"s","text":"t"}`:                                                                           "from.email",
+			`{"from":{"email":"not-an-address"},"to":[{"email":"a@example.com"}],"subject":"s","text":"t"}`:                                                             "from.email",
+			`{"from":{"email":"s@example.com"},"to":[],"subject":"s","text":"t"}`:                                                                                       "to",
+			`{"from":{"email":"s@example.com"},"subject":"s","text":"t"}`:                                                                                               "to",
+			`{"from":{"email":"s@example.com"},"to":[{"email":"Alice <a@example.com>"}],"subject":"s","text":"t"}`:                                                      "to[0].email",
+			`{"from":{"email":"s@example.com"},"to":[{"email":"a@example.com"}],"subject":"","text":"t"}`:                                                               "subject",
+			`{"from":{"email":"s@example.com"},"to":[{"email":"a@example.com"}],"subject":"s"}`:                                                                         "text",
+			`{"from":{"email":"s@example.com"},"to":[{"email":"a@example.com"}],"subject":"s","text":"t","custom_args":{"intent_id":"9"}}`:                              "custom_args.intent_id",
+			`{"from":{"email":"s@example.com"},"to":[{"email":"a@example.com"}],"bcc":[{"email":"A@example.com"}],"subject":"s","text":"t"}`:                            "bcc[0].email",
+			`{"from":{"email":"s@example.com"},"to":[{"email":"a@example.com"}],"subject":"s","text":"t","categories":["1","2","3","4","5","6","7","8","9","10","11"]}`: "categories",
+		},
+		RejectedPayload: json.RawMessage(`{"from":{"email":"` + sendgriddouble.UnverifiedSender + `"},"to":[{"email":"a@example.com"}],"subject":"s","text":"t"}`),
+		SensitiveValues: []string{"alice.smith@example.com", "bob.jones@example.org", "Alice Smith", "order 1234 is on its way", "tok_live_secret"},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	providertest.Run(t, harness(false))
+}
+
+func TestConformanceWithReconcile(t *testing.T) {
+	providertest.Run(t, harness(true))
+}

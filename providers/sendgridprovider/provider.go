@@ -1,0 +1,439 @@
+// Package sendgridprovider is the outbox's adapter for SendGrid's v3 Mail
+// Send API, built on the official sendgrid-go SDK. It performs intents of
+// kind KindEmail, whose payload is an Email.
+//
+// SendGrid keeps no idempotency of any kind, so the adapter declares none:
+// the dispatcher commits a write-ahead attempt before every call and never
+// repeats an attempt classified OutcomeAmbiguous (a 5xx, a timeout or a lost
+// connection after the request was written). Each request carries the
+// intent's id in custom_args["intent_id"], so that, when Config.Reconcile is
+// enabled, an ambiguous attempt can be looked up in SendGrid's Email
+// Activity API.
+//
+// The API key is a secret: it is sent only in the Authorization header and
+// never appears in errors, in AttemptError messages or in the output of
+// fmt on Config or Provider.
+package sendgridprovider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sendgrid/rest"
+	"github.com/sendgrid/sendgrid-go"
+
+	"github.com/outboxkit/outbox/providers"
+)
+
+const (
+	// Name is the provider's stable name, stored with each intent.
+	Name = "sendgrid"
+	// KindEmail is the intent kind for one email; its payload is an Email.
+	KindEmail = "sendgrid.email"
+	// DefaultBaseURL is SendGrid's global API host.
+	DefaultBaseURL = "https://api.sendgrid.com"
+	// DefaultTimeout bounds one HTTP call when Config.HTTPClient is nil.
+	// A call that times out after the request was written is ambiguous.
+	DefaultTimeout = 30 * time.Second
+
+	mailSendPath = "/v3/mail/send"
+	messagesPath = "/v3/messages"
+
+	// msgNoAPIKey is the failure of an attempt made without an API key.
+	msgNoAPIKey = "SENDGRID API key is not configured"
+)
+
+// Config configures a Provider.
+type Config struct {
+	// APIKey is the SendGrid API key (a secret: it is never logged and
+	// never put in errors). It may be empty for a Provider used only to
+	// Validate and Redact; Perform and Reconcile then fail without sending
+	// anything.
+	APIKey string
+	// BaseURL is the API's scheme and host, such as
+	// "https://api.eu.sendgrid.com" or a test double's URL. It must be an
+	// absolute http or https URL without credentials, query or fragment.
+	// Defaults to DefaultBaseURL.
+	BaseURL string
+	// HTTPClient makes the calls. Defaults to a client with Timeout
+	// DefaultTimeout that does not follow redirects. A client without a
+	// timeout can hang an attempt forever: sendgrid-go's rest.DefaultClient
+	// is such a client and is never used.
+	HTTPClient *http.Client
+	// Reconcile enables looking ambiguous attempts up in SendGrid's Email
+	// Activity API. That API is a paid add-on, allows 6 requests a minute
+	// and is eventually consistent (an email can take minutes to appear),
+	// so it is off by default: Capabilities().CanReconcile is then false
+	// and Reconcile returns providers.ErrReconcileUnsupported.
+	Reconcile bool
+	// Now is the clock used to turn X-RateLimit-Reset into a RetryAfter.
+	// Defaults to time.Now.
+	Now func() time.Time
+}
+
+// String describes c with the API key masked, so that printing a Config
+// never leaks it.
+func (c Config) String() string {
+	return fmt.Sprintf("sendgridprovider.Config{APIKey:%s BaseURL:%q Reconcile:%t}", maskedKey(c.APIKey), c.BaseURL, c.Reconcile)
+}
+
+// GoString is String, for the %#v verb.
+func (c Config) GoString() string { return c.String() }
+
+func maskedKey(k string) string {
+	if k == "" {
+		return `""`
+	}
+	return "[redacted]"
+}
+
+// Provider is the SendGrid adapter. It implements providers.Provider and is
+// safe for concurrent use.
+type Provider struct {
+	apiKey    string
+	baseURL   string
+	client    *rest.Client
+	reconcile bool
+	now       func() time.Time
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New returns a Provider for cfg, filling in defaults. It fails, naming the
+// field, when BaseURL is not an absolute http(s) URL.
+func New(cfg Config) (*Provider, error) {
+	base, err := checkBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	httpClient := cfg.HTTPClient
+	if httpClient == nil {
+		httpClient = &http.Client{
+			Timeout: DefaultTimeout,
+			// A redirected POST could be re-sent elsewhere; SendGrid does
+			// not redirect, so a redirect is answered as it is.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Provider{
+		apiKey:    cfg.APIKey,
+		baseURL:   base,
+		client:    &rest.Client{HTTPClient: httpClient},
+		reconcile: cfg.Reconcile,
+		now:       now,
+	}, nil
+}
+
+func checkBaseURL(raw string) (string, error) {
+	if raw == "" {
+		return DefaultBaseURL, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", errors.New("sendgridprovider: Config.BaseURL is not a valid URL")
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("sendgridprovider: Config.BaseURL must be an absolute http or https URL, got scheme %q", u.Scheme)
+	case u.Host == "":
+		return "", errors.New("sendgridprovider: Config.BaseURL has no host")
+	case u.User != nil:
+		return "", errors.New("sendgridprovider: Config.BaseURL must not contain credentials")
+	case u.RawQuery != "" || u.Fragment != "":
+		return "", errors.New("sendgridprovider: Config.BaseURL must not have a query or fragment")
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// String describes p without its API key.
+func (p *Provider) String() string {
+	return fmt.Sprintf("sendgridprovider.Provider{BaseURL:%q Reconcile:%t APIKey:%s}", p.baseURL, p.reconcile, maskedKey(p.apiKey))
+}
+
+// GoString is String, for the %#v verb.
+func (p *Provider) GoString() string { return p.String() }
+
+// Name returns Name.
+func (p *Provider) Name() string { return Name }
+
+// Kinds returns KindEmail.
+func (p *Provider) Kinds() []string { return []string{KindEmail} }
+
+// Capabilities declares no idempotency keys (SendGrid has none) and
+// CanReconcile as Config.Reconcile.
+func (p *Provider) Capabilities() providers.Capabilities {
+	return providers.Capabilities{IdempotencyKeys: false, CanReconcile: p.reconcile}
+}
+
+// Validate checks an Email payload strictly, without I/O. Errors are
+// *providers.PayloadError naming the field by its JSON path ("to[0].email").
+func (p *Provider) Validate(kind string, payload json.RawMessage) error {
+	if kind != KindEmail {
+		return providers.UnknownKindError(kind)
+	}
+	_, err := decodeEmail(payload)
+	return err
+}
+
+// Redact masks recipients' addresses and names (to, cc, bcc, reply_to; the
+// sender is kept), replaces the bodies by their size and masks custom_args
+// values whose key looks sensitive. A payload it cannot parse becomes
+// {"redacted":"unparseable payload"}.
+func (p *Provider) Redact(kind string, payload json.RawMessage) json.RawMessage {
+	return redactEmail(payload)
+}
+
+// Perform sends the email with one POST /v3/mail/send and classifies the
+// outcome:
+//   - 2xx: succeeded, ProviderRef is the X-Message-Id;
+//   - 429: OutcomeRetry after X-RateLimit-Reset (at least one second);
+//   - other 4xx: OutcomeFailed with SendGrid's message;
+//   - 5xx, or a timeout or lost connection after the request was written:
+//     OutcomeAmbiguous, since SendGrid may have queued the email;
+//   - a request that never left (connection refused, DNS, TLS, or ctx
+//     already done): OutcomeRetry.
+//
+// Errors are *providers.AttemptError.
+func (p *Provider) Perform(ctx context.Context, req providers.Request) (providers.Result, error) {
+	if req.Kind != KindEmail {
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "unknown intent kind " + strconv.Quote(req.Kind), Err: providers.UnknownKindError(req.Kind)}
+	}
+	if p.apiKey == "" {
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: msgNoAPIKey}
+	}
+	email, err := decodeEmail(req.Payload)
+	if err != nil {
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: err.Error(), Err: err}
+	}
+	body, err := json.Marshal(mailBody(email, req))
+	if err != nil {
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "cannot encode the request: " + err.Error()}
+	}
+	if providers.ContextEndedBeforeCall(ctx) {
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeRetry, Message: "not sent: " + ctx.Err().Error(), Err: ctx.Err()}
+	}
+
+	r := sendgrid.GetRequest(p.apiKey, mailSendPath, p.baseURL)
+	r.Method = rest.Post
+	r.Body = body
+	resp, err := p.client.SendWithContext(ctx, r)
+	if resp == nil {
+		// No response at all. (rest returns a response along with an
+		// error when only reading the body failed: the status stands.)
+		if err == nil {
+			err = errors.New("no response")
+		}
+		return providers.Result{}, p.transportError(err)
+	}
+	status := resp.StatusCode
+	header := http.Header(resp.Headers)
+	if status >= 200 && status < 300 {
+		return providers.Result{ProviderRef: header.Get("X-Message-Id"), HTTPStatus: status}, nil
+	}
+	return providers.Result{}, p.statusError(resp)
+}
+
+// statusError classifies a non-2xx response.
+func (p *Provider) statusError(resp *rest.Response) *providers.AttemptError {
+	status := resp.StatusCode
+	e := &providers.AttemptError{HTTPStatus: status, Message: p.scrub(errorMessage(resp))}
+	switch {
+	case status == http.StatusTooManyRequests:
+		e.Outcome = providers.OutcomeRetry
+		e.RetryAfter = p.retryAfter(http.Header(resp.Headers))
+	case status >= 400 && status < 500:
+		e.Outcome = providers.OutcomeFailed
+	default:
+		// 5xx, and anything unexpected (1xx, 3xx): SendGrid may have
+		// queued the email.
+		e.Outcome = providers.OutcomeAmbiguous
+	}
+	return e
+}
+
+// transportError classifies an error that ended a call without a response.
+func (p *Provider) transportError(err error) *providers.AttemptError {
+	e := providers.ClassifyTransport(err, false)
+	e.Err = scrubbedError{msg: p.scrub(err.Error()), err: err}
+	return e
+}
+
+// retryAfter turns X-RateLimit-Reset (Unix seconds) into a wait, at least
+// one second; Retry-After (seconds) is honoured when there is no reset.
+func (p *Provider) retryAfter(h http.Header) time.Duration {
+	wait := time.Duration(0)
+	if reset, err := strconv.ParseInt(strings.TrimSpace(h.Get("X-RateLimit-Reset")), 10, 64); err == nil {
+		wait = time.Unix(reset, 0).Sub(p.now())
+	} else if secs, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After"))); err == nil {
+		wait = time.Duration(secs) * time.Second
+	}
+	return max(wait, time.Second)
+}
+
+// errorMessage is errors[0].message of SendGrid's error body, or the
+// status text when there is none.
+func errorMessage(resp *rest.Response) string {
+	var body struct {
+		Errors []struct {
+			Message string `json:"message"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal([]byte(resp.Body), &body) == nil && len(body.Errors) > 0 && body.Errors[0].Message != "" {
+		return body.Errors[0].Message
+	}
+	if text := http.StatusText(resp.StatusCode); text != "" {
+		return text
+	}
+	return "HTTP " + strconv.Itoa(resp.StatusCode)
+}
+
+// scrub removes the API key from s, in case a server or proxy echoed it.
+func (p *Provider) scrub(s string) string {
+	if p.apiKey == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, p.apiKey, "[redacted]")
+}
+
+// scrubbedError keeps an error's chain for errors.Is/As but prints a
+// message with the API key removed.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e scrubbedError) Error() string { return e.msg }
+func (e scrubbedError) Unwrap() error { return e.err }
+
+// Wire types of SendGrid's v3 Mail Send body, as much as Perform sends.
+type (
+	sgAddress struct {
+		Email string `json:"email"`
+		Name  string `json:"name,omitempty"`
+	}
+	sgPersonalization struct {
+		To  []sgAddress `json:"to"`
+		Cc  []sgAddress `json:"cc,omitempty"`
+		Bcc []sgAddress `json:"bcc,omitempty"`
+	}
+	sgContent struct {
+		Type  string `json:"type"`
+		Value string `json:"value"`
+	}
+	sgMail struct {
+		Personalizations []sgPersonalization `json:"personalizations"`
+		From             sgAddress           `json:"from"`
+		ReplyTo          *sgAddress          `json:"reply_to,omitempty"`
+		Subject          string              `json:"subject"`
+		Content          []sgContent         `json:"content"`
+		Categories       []string            `json:"categories,omitempty"`
+		CustomArgs       map[string]string   `json:"custom_args"`
+		SendAt           int64               `json:"send_at,omitempty"`
+	}
+)
+
+// mailBody maps an Email to SendGrid's body: one personalization, text/plain
+// before text/html, and the intent's id and key in custom_args.
+func mailBody(e *Email, req providers.Request) sgMail {
+	conv := func(list []Address) []sgAddress {
+		if len(list) == 0 {
+			return nil
+		}
+		out := make([]sgAddress, len(list))
+		for i, a := range list {
+			out[i] = sgAddress(a)
+		}
+		return out
+	}
+	m := sgMail{
+		Personalizations: []sgPersonalization{{To: conv(e.To), Cc: conv(e.Cc), Bcc: conv(e.Bcc)}},
+		From:             sgAddress(*e.From),
+		Subject:          e.Subject,
+		Categories:       e.Categories,
+		CustomArgs:       make(map[string]string, len(e.CustomArgs)+2),
+		SendAt:           e.SendAt,
+	}
+	if e.ReplyTo != nil {
+		r := sgAddress(*e.ReplyTo)
+		m.ReplyTo = &r
+	}
+	if e.Text != "" {
+		m.Content = append(m.Content, sgContent{Type: "text/plain", Value: e.Text})
+	}
+	if e.HTML != "" {
+		m.Content = append(m.Content, sgContent{Type: "text/html", Value: e.HTML})
+	}
+	for k, v := range e.CustomArgs {
+		m.CustomArgs[k] = v
+	}
+	m.CustomArgs[ArgIntentID] = strconv.FormatInt(req.IntentID, 10)
+	if req.IdempotencyKey != "" && len(req.IdempotencyKey) <= maxKeyInArgs {
+		m.CustomArgs[ArgIdempotencyKey] = req.IdempotencyKey
+	}
+	return m
+}
+
+// Reconcile looks the intent up in the Email Activity API by
+// custom_args["intent_id"] (GET /v3/messages?query=unique_args['intent_id']="ID").
+// found=true carries the X-Message-Id part of SendGrid's msg_id as
+// ProviderRef. The feed is eventually consistent: not found shortly after an
+// attempt does not prove the email was not queued, so a caller should only
+// trust not-found once the feed's lag has passed. Without Config.Reconcile
+// it returns providers.ErrReconcileUnsupported.
+func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (providers.Result, bool, error) {
+	if !p.reconcile {
+		return providers.Result{}, false, providers.ErrReconcileUnsupported
+	}
+	if p.apiKey == "" {
+		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: msgNoAPIKey}
+	}
+	r := sendgrid.GetRequest(p.apiKey, messagesPath, p.baseURL)
+	r.Method = rest.Get
+	r.QueryParams = map[string]string{
+		"query": fmt.Sprintf(`unique_args['%s']="%d"`, ArgIntentID, req.IntentID),
+		"limit": "10",
+	}
+	resp, err := p.client.SendWithContext(ctx, r)
+	if err != nil {
+		if resp == nil {
+			e := p.transportError(err)
+			e.Outcome = providers.OutcomeRetry // a look-up is always safe to repeat
+			return providers.Result{}, false, e
+		}
+		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: resp.StatusCode, Message: "reading the activity response: " + p.scrub(err.Error())}
+	}
+	if resp.StatusCode != http.StatusOK {
+		e := p.statusError(resp)
+		if e.Outcome == providers.OutcomeAmbiguous {
+			e.Outcome = providers.OutcomeRetry // nothing was performed
+		}
+		return providers.Result{}, false, e
+	}
+	var body struct {
+		Messages []struct {
+			MsgID string `json:"msg_id"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {
+		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: resp.StatusCode, Message: "undecodable activity response", Err: err}
+	}
+	for _, m := range body.Messages {
+		if m.MsgID == "" {
+			continue
+		}
+		ref, _, _ := strings.Cut(m.MsgID, ".")
+		return providers.Result{ProviderRef: ref, HTTPStatus: resp.StatusCode}, true, nil
+	}
+	return providers.Result{}, false, nil
+}

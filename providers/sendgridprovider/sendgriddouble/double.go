@@ -1,0 +1,430 @@
+// Package sendgriddouble is a local HTTP server that speaks SendGrid's v3
+// Mail Send and Email Activity wire protocol faithfully enough that
+// sendgrid-go cannot tell it from the real API. Tests and the demo point the
+// SendGrid adapter at it and count the emails it accepted: that count, not
+// the dispatcher's bookkeeping, is what exactly-once tests assert on.
+//
+// Like SendGrid, the double keeps no idempotency of any kind: two identical
+// requests are two emails. Faults from a fault.Injector are applied to
+// POST /v3/mail/send the way SendGrid would show them (see Config.Faults).
+//
+// Differences from the real API that callers should know:
+//   - the Email Activity look-up is immediately consistent, where SendGrid's
+//     feed lags by seconds to minutes;
+//   - only the query unique_args['KEY']="VALUE" is understood by
+//     GET /v3/messages;
+//   - the mail send rate-limit headers are informational (the real limit is
+//     rarely reached); 429s come from injected fault.RateLimit faults.
+package sendgriddouble
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/outbox/providers/fault"
+)
+
+// DefaultAPIKey is the API key the double accepts when Config.APIKey is
+// empty. Clients send it as "Authorization: Bearer SG.double-key".
+const DefaultAPIKey = "SG.double-key"
+
+// UnverifiedSender is a from address the double always refuses with 403
+// "The from address does not match a verified Sender Identity", as SendGrid
+// refuses any sender that is not verified. Use it to provoke a permanent
+// refusal of a payload that is otherwise valid.
+const UnverifiedSender = "blocked@invalid.test"
+
+// Limits SendGrid documents for POST /v3/mail/send, enforced by the double.
+const (
+	// MaxBodyBytes: a request body of this size or more is refused with 413.
+	MaxBodyBytes = 30 << 20
+	// MaxPersonalizations is the most personalizations one request may have.
+	MaxPersonalizations = 1000
+	// MaxRecipients is the most recipients over to, cc and bcc of all
+	// personalizations of one request.
+	MaxRecipients = 1000
+	// MaxCategories is the most categories one email may have.
+	MaxCategories = 10
+	// MaxCustomArgsBytes: custom_args serialized as JSON must be smaller.
+	MaxCustomArgsBytes = 10000
+	// MaxSendAtAhead is how far in the future send_at may schedule an email.
+	MaxSendAtAhead = 72 * time.Hour
+	// MailSendRateLimit is the value of X-RateLimit-Limit on mail send
+	// responses (requests per minute).
+	MailSendRateLimit = 600
+	// ActivityRateLimit is what the real Email Activity API allows per
+	// minute; see Config.ActivityRequestsPerMinute.
+	ActivityRateLimit = 6
+)
+
+// Messages the double answers with, copied from SendGrid's responses.
+const (
+	msgUnauthorized     = "The provided authorization grant is invalid, expired, or revoked"
+	msgTooManyRequests  = "too many requests"
+	msgUnverifiedSender = "The from address does not match a verified Sender Identity. Mail cannot be sent until this error is resolved. Visit https://sendgrid.com/docs/for-developers/sending-email/sender-identity/ to see the Sender Identity requirements"
+	msgTooLarge         = "The JSON payload you have included in your request is too large."
+	msgNotFound         = "resource not found"
+)
+
+// Config configures a Server. The zero value is usable.
+type Config struct {
+	// APIKey is the key accepted as "Authorization: Bearer <key>".
+	// Defaults to DefaultAPIKey.
+	APIKey string
+	// Now is the double's clock, used for AcceptedAt, rate-limit resets and
+	// send_at checks. Defaults to time.Now.
+	Now func() time.Time
+	// Faults decides the fault applied to each POST /v3/mail/send, asked
+	// once per request after authentication. Defaults to an injector that
+	// injects nothing until faults are pushed or rates set (fault.New(1)).
+	Faults *fault.Injector
+	// Addr is the address NewServer listens on. Defaults to "127.0.0.1:0"
+	// (a free port on the loopback interface).
+	Addr string
+	// ActivityRequestsPerMinute, when positive, makes GET /v3/messages
+	// answer 429 once that many requests were made in the current minute
+	// (SendGrid allows ActivityRateLimit). Zero, the default, means no limit.
+	ActivityRequestsPerMinute int
+	// OnAccept, when set, is called with every email right after it is
+	// recorded and before any fault delays or drops the response. Tests use
+	// it to act at the exact moment the provider has acted. It must not
+	// call back into the Server's blocking methods for long.
+	OnAccept func(Email)
+}
+
+// Email is one email the double accepted.
+type Email struct {
+	// MessageID is the X-Message-Id the double answered (or would have
+	// answered, had the response not been lost) for the request.
+	MessageID string `json:"message_id"`
+	// From is the sender's address.
+	From string `json:"from"`
+	// To, Cc and Bcc list the recipients of every personalization, in order.
+	To  []string `json:"to"`
+	Cc  []string `json:"cc,omitempty"`
+	Bcc []string `json:"bcc,omitempty"`
+	// Subject is the top-level subject, or the first personalization's when
+	// the request had none.
+	Subject string `json:"subject"`
+	// CustomArgs are the request's custom_args merged with the first
+	// personalization's (the personalization's win), as SendGrid merges them.
+	CustomArgs map[string]string `json:"custom_args,omitempty"`
+	// Categories are the email's categories.
+	Categories []string `json:"categories,omitempty"`
+	// AcceptedAt is when the double recorded the email (Config.Now).
+	AcceptedAt time.Time `json:"accepted_at"`
+
+	// personalizationArgs holds the merged custom_args of each
+	// personalization, for the activity look-up.
+	personalizationArgs []map[string]string
+}
+
+// Stats summarises what the double has done. GET /_double/stats serves it as
+// JSON.
+type Stats struct {
+	// Emails is how many emails were accepted (recorded).
+	Emails int `json:"emails"`
+	// Requests is how many POST /v3/mail/send requests arrived, whatever
+	// their outcome.
+	Requests int `json:"requests"`
+	// Faults counts the faults applied to requests, by kind.
+	Faults map[fault.Kind]int `json:"faults"`
+}
+
+// Server is a running SendGrid double. It is safe for concurrent use.
+type Server struct {
+	cfg     Config
+	faults  *fault.Injector
+	handler http.Handler
+
+	httpServer *http.Server
+	listener   net.Listener
+	served     chan struct{}
+	closed     chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	mu           sync.Mutex
+	emails       []Email
+	requests     int
+	applied      map[fault.Kind]int
+	changed      chan struct{} // closed and replaced whenever an email is recorded
+	sendWindow   rateWindow
+	activityWind rateWindow
+}
+
+// NewServer starts a double listening on cfg.Addr and serving in a
+// goroutine. Close it when done.
+func NewServer(cfg Config) (*Server, error) {
+	s := newServer(cfg)
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("sendgriddouble: listen on %s: %w", addr, err)
+	}
+	s.listener = ln
+	s.httpServer = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Dropped connections and aborted handlers are deliberate here.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	go func() {
+		defer close(s.served)
+		_ = s.httpServer.Serve(ln)
+	}()
+	return s, nil
+}
+
+func newServer(cfg Config) *Server {
+	if cfg.APIKey == "" {
+		cfg.APIKey = DefaultAPIKey
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Faults == nil {
+		cfg.Faults = fault.New(1)
+	}
+	s := &Server{
+		cfg:     cfg,
+		faults:  cfg.Faults,
+		served:  make(chan struct{}),
+		closed:  make(chan struct{}),
+		applied: map[fault.Kind]int{},
+		changed: make(chan struct{}),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v3/mail/send", s.handleMailSend)
+	mux.HandleFunc("/v3/messages", s.handleMessages)
+	mux.HandleFunc("/_double/stats", s.handleStats)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErrors(w, http.StatusNotFound, apiError{Message: msgNotFound})
+	})
+	s.handler = mux
+	return s
+}
+
+// URL is the double's base URL ("http://127.0.0.1:PORT"), to use as the
+// adapter's BaseURL or sendgrid.GetRequest's host.
+func (s *Server) URL() string {
+	if s.listener == nil {
+		return ""
+	}
+	return "http://" + s.listener.Addr().String()
+}
+
+// Close stops the server, closes its connections and wakes requests held by
+// a Delay fault. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		if s.httpServer != nil {
+			s.closeErr = s.httpServer.Close()
+			<-s.served
+		}
+	})
+	return s.closeErr
+}
+
+// Handler returns the double's HTTP handler, for mounting it in another
+// server (httptest.NewServer, say). Requests served through it are recorded
+// by this Server like those arriving at URL.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Faults returns the injector consulted for each POST /v3/mail/send.
+func (s *Server) Faults() *fault.Injector { return s.faults }
+
+// Emails returns a copy of every accepted email, in the order accepted.
+func (s *Server) Emails() []Email {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Email, len(s.emails))
+	for i, e := range s.emails {
+		out[i] = e.clone()
+	}
+	return out
+}
+
+// EffectsFor counts the accepted emails whose custom_args["intent_id"] is
+// intentID in decimal.
+func (s *Server) EffectsFor(intentID int64) int {
+	want := strconv.FormatInt(intentID, 10)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.emails {
+		if e.CustomArgs["intent_id"] == want {
+			n++
+		}
+	}
+	return n
+}
+
+// DuplicateEffects counts the intent ids (custom_args["intent_id"]) with more
+// than one accepted email. An exactly-once run ends with zero.
+func (s *Server) DuplicateEffects() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	counts := map[string]int{}
+	for _, e := range s.emails {
+		if id, ok := e.CustomArgs["intent_id"]; ok {
+			counts[id]++
+		}
+	}
+	dups := 0
+	for _, n := range counts {
+		if n > 1 {
+			dups++
+		}
+	}
+	return dups
+}
+
+// Stats returns a snapshot of the double's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Emails: len(s.emails), Requests: s.requests, Faults: maps.Clone(s.applied)}
+}
+
+// WaitForEmails blocks until at least n emails have been accepted or ctx
+// ends, and returns ctx's error in the latter case. Tests use it instead of
+// sleeping when the client gave up before the double recorded.
+func (s *Server) WaitForEmails(ctx context.Context, n int) error {
+	for {
+		s.mu.Lock()
+		got, changed := len(s.emails), s.changed
+		s.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sendgriddouble: %d of %d emails accepted: %w", got, n, ctx.Err())
+		case <-changed:
+		}
+	}
+}
+
+func (s *Server) record(e Email) {
+	s.mu.Lock()
+	s.emails = append(s.emails, e)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	if s.cfg.OnAccept != nil {
+		s.cfg.OnAccept(e.clone())
+	}
+}
+
+func (s *Server) countApplied(k fault.Kind) {
+	if k == fault.None {
+		return
+	}
+	s.mu.Lock()
+	s.applied[k]++
+	s.mu.Unlock()
+}
+
+func (e Email) clone() Email {
+	e.To = append([]string(nil), e.To...)
+	e.Cc = append([]string(nil), e.Cc...)
+	e.Bcc = append([]string(nil), e.Bcc...)
+	e.Categories = append([]string(nil), e.Categories...)
+	e.CustomArgs = maps.Clone(e.CustomArgs)
+	args := make([]map[string]string, len(e.personalizationArgs))
+	for i, a := range e.personalizationArgs {
+		args[i] = maps.Clone(a)
+	}
+	e.personalizationArgs = args
+	return e
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		writeErrors(w, http.StatusMethodNotAllowed, apiError{Message: "method not allowed"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.Stats())
+}
+
+// rateWindow counts requests in the current minute, for the X-RateLimit-*
+// headers.
+type rateWindow struct {
+	start time.Time
+	count int
+}
+
+// hit counts a request at now and returns how many were made in now's
+// minute and when that minute ends.
+func (rw *rateWindow) hit(now time.Time) (count int, reset time.Time) {
+	start := now.Truncate(time.Minute)
+	if !start.Equal(rw.start) {
+		rw.start, rw.count = start, 0
+	}
+	rw.count++
+	return rw.count, start.Add(time.Minute)
+}
+
+func setRateLimitHeaders(w http.ResponseWriter, limit, remaining int, reset time.Time) {
+	// SendGrid's spelling; Header().Set would canonicalize it to
+	// X-Ratelimit-*. HTTP/1.1 header names are case-insensitive, and Go
+	// clients canonicalize them anyway.
+	h := w.Header()
+	h["X-RateLimit-Limit"] = []string{strconv.Itoa(limit)}
+	h["X-RateLimit-Remaining"] = []string{strconv.Itoa(max(remaining, 0))}
+	h["X-RateLimit-Reset"] = []string{strconv.FormatInt(unixCeil(reset), 10)}
+}
+
+// unixCeil is t in Unix seconds, rounded up.
+func unixCeil(t time.Time) int64 {
+	secs := t.Unix()
+	if t.Nanosecond() > 0 {
+		secs++
+	}
+	return secs
+}
+
+// apiError is one entry of SendGrid's {"errors":[...]} body. Field and Help
+// are null when unset, as SendGrid sends them.
+type apiError struct {
+	Message string  `json:"message"`
+	Field   *string `json:"field"`
+	Help    *string `json:"help"`
+}
+
+func fieldError(field, message string) apiError {
+	return apiError{Message: message, Field: &field}
+}
+
+func writeErrors(w http.ResponseWriter, status int, errs ...apiError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Errors []apiError `json:"errors"`
+	}{errs})
+}
+
+// newMessageID returns a random 22-character id shaped like SendGrid's
+// X-Message-Id.
+func newMessageID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,358 @@
+package sendgriddouble
+
+import (
+	"compress/gzip"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"net/http"
+	"net/mail"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/providers/fault"
+)
+
+// mailRequest is the part of SendGrid's v3 Mail Send body the double reads.
+// Fields it does not read (attachments, asm, tracking_settings, ...) are
+// accepted and ignored, as far as recording is concerned.
+type mailRequest struct {
+	Personalizations []personalization `json:"personalizations"`
+	From             *address          `json:"from"`
+	ReplyTo          *address          `json:"reply_to"`
+	Subject          string            `json:"subject"`
+	Content          []content         `json:"content"`
+	TemplateID       string            `json:"template_id"`
+	CustomArgs       map[string]string `json:"custom_args"`
+	Categories       []string          `json:"categories"`
+	SendAt           int64             `json:"send_at"`
+	MailSettings     *struct {
+		SandboxMode *struct {
+			Enable bool `json:"enable"`
+		} `json:"sandbox_mode"`
+	} `json:"mail_settings"`
+}
+
+type personalization struct {
+	To         []address         `json:"to"`
+	Cc         []address         `json:"cc"`
+	Bcc        []address         `json:"bcc"`
+	Subject    string            `json:"subject"`
+	CustomArgs map[string]string `json:"custom_args"`
+	SendAt     int64             `json:"send_at"`
+}
+
+type address struct {
+	Email string `json:"email"`
+	Name  string `json:"name"`
+}
+
+type content struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	got := r.Header.Get("Authorization")
+	want := "Bearer " + s.cfg.APIKey
+	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		writeErrors(w, http.StatusMethodNotAllowed, apiError{Message: "method not allowed"})
+		return
+	}
+	now := s.cfg.Now()
+	s.mu.Lock()
+	s.requests++
+	count, reset := s.sendWindow.hit(now)
+	s.mu.Unlock()
+	setRateLimitHeaders(w, MailSendRateLimit, MailSendRateLimit-count, reset)
+
+	if !s.authorized(r) {
+		writeErrors(w, http.StatusUnauthorized, apiError{Message: msgUnauthorized})
+		return
+	}
+
+	f := s.faults.Next()
+	switch f.Kind {
+	case fault.RateLimit:
+		s.countApplied(f.Kind)
+		setRateLimitHeaders(w, MailSendRateLimit, 0, now.Add(f.RetryAfterOrDefault()))
+		writeErrors(w, http.StatusTooManyRequests, apiError{Message: msgTooManyRequests})
+		return
+	case fault.ErrorBefore:
+		s.countApplied(f.Kind)
+		writeErrors(w, f.StatusOr500(), apiError{Message: statusMessage(f.StatusOr500())})
+		return
+	}
+
+	body, tooLarge, err := readBody(r)
+	if tooLarge {
+		writeErrors(w, http.StatusRequestEntityTooLarge, apiError{Message: msgTooLarge})
+		return
+	}
+	if err != nil {
+		writeErrors(w, http.StatusBadRequest, apiError{Message: err.Error()})
+		return
+	}
+	req, errs := parseMailRequest(body, now)
+	if len(errs) > 0 {
+		writeErrors(w, http.StatusBadRequest, errs...)
+		return
+	}
+	if strings.EqualFold(req.From.Email, UnverifiedSender) {
+		writeErrors(w, http.StatusForbidden, fieldError("from", msgUnverifiedSender))
+		return
+	}
+	if req.MailSettings != nil && req.MailSettings.SandboxMode != nil && req.MailSettings.SandboxMode.Enable {
+		// Sandbox mode: validated, not sent, 200 with no message id.
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+
+	email := req.email(newMessageID(), now)
+	s.record(email)
+	s.countApplied(f.Kind)
+
+	switch f.Kind {
+	case fault.ErrorAfter:
+		writeErrors(w, f.StatusOr500(), apiError{Message: statusMessage(f.StatusOr500())})
+		return
+	case fault.LoseResponse:
+		fault.DropConnection(w)
+		return
+	case fault.Delay:
+		timer := time.NewTimer(f.Delay)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-r.Context().Done():
+			return // the client gave up: nobody to answer
+		case <-s.closed:
+			return
+		}
+	}
+	w.Header().Set("X-Message-Id", email.MessageID)
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func statusMessage(status int) string {
+	if text := http.StatusText(status); text != "" {
+		return strings.ToLower(text)
+	}
+	return fmt.Sprintf("error %d", status)
+}
+
+// readBody reads a mail send body, decompressing it when it is gzipped (as
+// sendgrid-go does with "Content-Encoding: gzip").
+func readBody(r *http.Request) (body []byte, tooLarge bool, err error) {
+	if r.ContentLength >= MaxBodyBytes {
+		return nil, true, nil
+	}
+	mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mediaType != "application/json" {
+		return nil, false, errors.New("Content-Type should be application/json.")
+	}
+	var src io.Reader = r.Body
+	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
+		zr, err := gzip.NewReader(io.LimitReader(r.Body, MaxBodyBytes))
+		if err != nil {
+			return nil, false, errors.New("Bad Request")
+		}
+		defer zr.Close()
+		src = zr
+	}
+	body, err = io.ReadAll(io.LimitReader(src, MaxBodyBytes))
+	if err != nil {
+		return nil, false, errors.New("Bad Request")
+	}
+	if len(body) >= MaxBodyBytes {
+		return nil, true, nil
+	}
+	return body, false, nil
+}
+
+// parseMailRequest decodes and validates a body the way SendGrid does,
+// returning every problem found.
+func parseMailRequest(body []byte, now time.Time) (*mailRequest, []apiError) {
+	var req mailRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			field := typeErr.Field
+			if field == "" {
+				field = "(root)"
+			}
+			return nil, []apiError{fieldError(field, fmt.Sprintf("Invalid type. Expected: %s, given: %s.", typeErr.Type.Kind(), typeErr.Value))}
+		}
+		return nil, []apiError{{Message: "Bad Request"}}
+	}
+	var errs []apiError
+	add := func(field, format string, args ...any) {
+		errs = append(errs, fieldError(field, fmt.Sprintf(format, args...)))
+	}
+
+	switch {
+	case req.From == nil || req.From.Email == "":
+		add("from.email", `The from object must be provided for every email send. It is an object that requires the email parameter, but may also contain a name parameter.  e.g. {"email" : "example@example.com"}  or {"email" : "example@example.com", "name" : "Example Recipient"}.`)
+	case !validAddress(req.From.Email):
+		add("from.email", "The from email does not contain a valid address.")
+	}
+	if req.ReplyTo != nil && !validAddress(req.ReplyTo.Email) {
+		add("reply_to.email", "The reply_to email does not contain a valid address.")
+	}
+
+	switch n := len(req.Personalizations); {
+	case n == 0:
+		add("personalizations", "The personalizations field is required and must have at least one personalization.")
+	case n > MaxPersonalizations:
+		add("personalizations", "You may not have more than %d personalizations per API request. You may need to batch your request into multiple API calls.", MaxPersonalizations)
+	}
+	recipients := 0
+	everyHasSubject := len(req.Personalizations) > 0
+	for i, p := range req.Personalizations {
+		if len(p.To) == 0 {
+			add(fmt.Sprintf("personalizations.%d.to", i), "The to array is required for all personalization objects, and must have at least one email object with a valid email address.")
+		}
+		seen := map[string]string{}
+		for _, list := range []struct {
+			name  string
+			addrs []address
+		}{{"to", p.To}, {"cc", p.Cc}, {"bcc", p.Bcc}} {
+			for j, a := range list.addrs {
+				field := fmt.Sprintf("personalizations.%d.%s.%d.email", i, list.name, j)
+				if !validAddress(a.Email) {
+					add(field, "Does not contain a valid address.")
+					continue
+				}
+				key := strings.ToLower(a.Email)
+				if _, dup := seen[key]; dup {
+					add(field, "Each email address in the personalization block should be unique between to, cc, and bcc. We found the first duplicate instance of [%s] in the personalizations.%d.%s field.", a.Email, i, list.name)
+				}
+				seen[key] = field
+			}
+			recipients += len(list.addrs)
+		}
+		if p.Subject == "" {
+			everyHasSubject = false
+		}
+		if size := customArgsSize(mergeArgs(req.CustomArgs, p.CustomArgs)); size >= MaxCustomArgsBytes {
+			add(fmt.Sprintf("personalizations.%d.custom_args", i), "The custom_args must be less than %d bytes in total; these are %d bytes.", MaxCustomArgsBytes, size)
+		}
+		if p.SendAt > now.Add(MaxSendAtAhead).Unix() {
+			add(fmt.Sprintf("personalizations.%d.send_at", i), "The send_at parameter cannot be scheduled more than 72 hours in advance.")
+		}
+	}
+	if recipients > MaxRecipients {
+		add("personalizations", "The total number of recipients must be no more than %d. This includes all recipients defined within the to, cc, and bcc parameters, across each object that you include in the personalizations array.", MaxRecipients)
+	}
+	if req.Subject == "" && !everyHasSubject && req.TemplateID == "" {
+		add("subject", "The subject is required. You can get around this requirement if you use a template with a subject defined or if every personalization has a subject defined.")
+	}
+
+	if len(req.Content) == 0 && req.TemplateID == "" {
+		add("content", "Unless a valid template_id is provided, the content parameter is required. There must be at least one defined content block. We typically suggest both text/plain and text/html blocks are included, but only one block is required.")
+	}
+	rank := func(t string) int {
+		switch strings.ToLower(t) {
+		case "text/plain":
+			return 0
+		case "text/html":
+			return 1
+		}
+		return 2
+	}
+	for i, c := range req.Content {
+		if c.Type == "" || strings.ContainsAny(c.Type, ";\r\n") {
+			add(fmt.Sprintf("content.%d.type", i), "The content type cannot contain ';', or CRLF characters. The content type must be a string at least one character in length.")
+		}
+		if c.Value == "" {
+			add(fmt.Sprintf("content.%d.value", i), "The content value must be a string at least one character in length.")
+		}
+		if i > 0 && rank(c.Type) < rank(req.Content[i-1].Type) {
+			add(fmt.Sprintf("content.%d.type", i), "If present, text/plain and text/html may only be provided in order, with text/plain first, followed by text/html, then followed by any other content.")
+		}
+	}
+
+	if len(req.Categories) > MaxCategories {
+		add("categories", "Too many categories on this message. The maximum number of categories is %d.", MaxCategories)
+	}
+	for i, c := range req.Categories {
+		if len(c) > 255 {
+			add(fmt.Sprintf("categories.%d", i), "A category cannot have more than 255 characters.")
+		}
+	}
+	if size := customArgsSize(req.CustomArgs); size >= MaxCustomArgsBytes {
+		add("custom_args", "The custom_args must be less than %d bytes in total; these are %d bytes.", MaxCustomArgsBytes, size)
+	}
+	if req.SendAt > now.Add(MaxSendAtAhead).Unix() {
+		add("send_at", "The send_at parameter cannot be scheduled more than 72 hours in advance.")
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return &req, nil
+}
+
+// email is what the double records for an accepted request.
+func (req *mailRequest) email(id string, now time.Time) Email {
+	e := Email{MessageID: id, From: req.From.Email, Subject: req.Subject, AcceptedAt: now}
+	for i, p := range req.Personalizations {
+		for _, a := range p.To {
+			e.To = append(e.To, a.Email)
+		}
+		for _, a := range p.Cc {
+			e.Cc = append(e.Cc, a.Email)
+		}
+		for _, a := range p.Bcc {
+			e.Bcc = append(e.Bcc, a.Email)
+		}
+		if e.Subject == "" {
+			e.Subject = p.Subject
+		}
+		args := mergeArgs(req.CustomArgs, p.CustomArgs)
+		if i == 0 {
+			e.CustomArgs = args
+		}
+		e.personalizationArgs = append(e.personalizationArgs, args)
+	}
+	e.Categories = append([]string(nil), req.Categories...)
+	return e
+}
+
+func mergeArgs(top, p map[string]string) map[string]string {
+	out := maps.Clone(top)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, p)
+	return out
+}
+
+func customArgsSize(args map[string]string) int {
+	if len(args) == 0 {
+		return 0
+	}
+	b, _ := json.Marshal(args)
+	return len(b)
+}
+
+// validAddress accepts a bare address ("user@example.com") as SendGrid's
+// email fields require: no display name, no angle brackets.
+func validAddress(s string) bool {
+	if s == "" || len(s) > 320 {
+		return false
+	}
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Address != s || a.Name != "" {
+		return false
+	}
+	local, domain, ok := strings.Cut(s, "@")
+	return ok && local != "" && domain != "" && len(local) <= 64
+}

@@ -1,0 +1,63 @@
+package stripeprovider_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/outboxkit/outbox/providers"
+	"github.com/outboxkit/outbox/providers/providertest"
+	"github.com/outboxkit/outbox/providers/stripeprovider"
+	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
+)
+
+func newDouble(t *testing.T, cfg stripedouble.Config) *stripedouble.Server {
+	t.Helper()
+	d, err := stripedouble.NewServer(cfg)
+	if err != nil {
+		t.Fatalf("stripedouble.NewServer: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func newProvider(t *testing.T, baseURL string) *stripeprovider.Provider {
+	t.Helper()
+	p, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: baseURL})
+	if err != nil {
+		t.Fatalf("stripeprovider.New: %v", err)
+	}
+	return p
+}
+
+const validPayload = `{"amount": 2500, "currency": "usd", "customer": "cus_123", "payment_method": "pm_card_visa", "confirm": true,
+ "description": "order 42", "receipt_email": "jane.doe@example.com", "metadata": {"order_id": "42"}}`
+
+func TestConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		NewDouble: func(t *testing.T) providertest.Double {
+			return newDouble(t, stripedouble.Config{})
+		},
+		NewProvider: func(t *testing.T, baseURL string) providers.Provider {
+			return newProvider(t, baseURL)
+		},
+		Kind:         stripeprovider.KindPaymentIntent,
+		ValidPayload: json.RawMessage(validPayload),
+		InvalidPayloads: map[string]string{
+			`{"currency": "usd"}`:                                                 "amount",
+			`{"amount": -5, "currency": "usd"}`:                                   "amount",
+			`{"amount": 0, "currency": "usd"}`:                                    "amount",
+			`{"amount": "100", "currency": "usd"}`:                                "amount",
+			`{"amount": 1.5, "currency": "usd"}`:                                  "amount",
+			`{"amount": 100}`:                                                     "currency",
+			`{"amount": 100, "currency": "USD"}`:                                  "currency",
+			`{"amount": 100, "currency": "dollars"}`:                              "currency",
+			`{"amount": 100, "currency": "usd", "metadata": {"intent_id": "1"}}`:  "metadata.intent_id",
+			`{"amount": 100, "currency": "usd", "receipt_email": "not-an-email"}`: "receipt_email",
+			`{"amount": 100, "currency": "usd", "customer": "acct_1"}`:            "customer",
+			`{"amount": 100, "currency": "usd", "statement_descriptor_suffix": "this is far too long for it"}`: "statement_descriptor_suffix",
+			`{"amount": 100, "currency": "usd", "metadata": {"k": 5}}`:                                         "metadata",
+		},
+		RejectedPayload: json.RawMessage(`{"amount": 2500, "currency": "usd", "payment_method": "` + stripedouble.DeclinedCard + `", "confirm": true}`),
+		SensitiveValues: []string{"jane.doe@example.com"},
+	})
+}

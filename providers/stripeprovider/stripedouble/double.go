@@ -1,0 +1,1054 @@
+// Package stripedouble is a local HTTP server that speaks enough of Stripe's
+// API for the real stripe-go v76 client to be pointed at it unchanged: it
+// creates, fetches and searches PaymentIntents, and honours Idempotency-Key
+// the way Stripe documents it (see PROVIDERS.md):
+//
+//   - the same key with the same parameters replays the first saved response
+//     (200, 402 card_error or 500 api_error) with "Idempotent-Replayed: true"
+//     and an "Original-Request" header, without acting again;
+//   - the same key with different parameters is a 400 idempotency_error;
+//   - the same key while its first request is still executing is a 409
+//     invalid_request_error with code idempotency_key_in_use;
+//   - validation 400s, 401s, 429s and 409s are not saved: a retry with the
+//     key executes afresh;
+//   - a key is forgotten KeyRetention (24 h) after its first use, measured on
+//     Config.Now, after which a reuse executes as a new request.
+//
+// Faults from package fault are injected into POST /v1/payment_intents, one
+// per request, and interpreted the way Stripe would show them (see
+// Server.Handler). The double counts the PaymentIntents it created per intent
+// id (the "intent_id" metadata the outbox adapter sends): that count, not the
+// dispatcher's bookkeeping, is what exactly-once tests assert on.
+//
+// Everything is safe for concurrent use.
+package stripedouble
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/outbox/providers/fault"
+)
+
+// DefaultAPIKey is the secret key a double accepts when Config.APIKey is
+// empty. It is shaped like a Stripe test-mode secret key.
+const DefaultAPIKey = "sk_test_double"
+
+// KeyRetention is how long the double remembers an idempotency key after its
+// first use, like Stripe's 24 hours.
+const KeyRetention = 24 * time.Hour
+
+// APIVersion is the Stripe-Version the double answers with when the request
+// names none; it is the version stripe-go v76 pins.
+const APIVersion = "2023-10-16"
+
+// Built-in test payment methods that are declined without calling Decline,
+// as in Stripe's test mode. They are declined only when the request confirms
+// the PaymentIntent (confirm=true), because only confirmation charges.
+const (
+	// DeclinedCard is declined with decline_code generic_decline.
+	DeclinedCard = "pm_card_visa_chargeDeclined"
+	// InsufficientFundsCard is declined with decline_code insufficient_funds.
+	InsufficientFundsCard = "pm_card_chargeDeclinedInsufficientFunds"
+)
+
+// Config configures a Server. The zero value is usable.
+type Config struct {
+	// APIKey is the secret key the double accepts as
+	// "Authorization: Bearer <key>". Defaults to DefaultAPIKey.
+	APIKey string
+	// Now is the clock used for key expiry and PaymentIntents' created
+	// time. Defaults to time.Now. Tests inject a clock to expire keys.
+	Now func() time.Time
+	// Faults injects faults into POST /v1/payment_intents, one drawn per
+	// request. Defaults to an injector that injects nothing (fault.New(1)).
+	Faults *fault.Injector
+	// Addr is the address NewServer listens on. Defaults to "127.0.0.1:0"
+	// (a free port on loopback).
+	Addr string
+}
+
+// PaymentIntent is one PaymentIntent the double created: one charge attempt.
+type PaymentIntent struct {
+	// ID is Stripe-shaped: "pi_" followed by 24 alphanumerics.
+	ID string
+	// Amount and Currency are the request's amount and (lowercased) currency.
+	Amount   int64
+	Currency string
+	// Customer, PaymentMethod, Description, ReceiptEmail and
+	// StatementDescriptorSuffix are the request's parameters, or empty.
+	Customer                  string
+	PaymentMethod             string
+	Description               string
+	ReceiptEmail              string
+	StatementDescriptorSuffix string
+	// Confirm is the request's confirm parameter.
+	Confirm bool
+	// Status is "succeeded" when confirmed and charged, "requires_payment_method"
+	// when the card was declined, "requires_confirmation" when not confirmed.
+	Status string
+	// DeclineCode is set when the payment was declined.
+	DeclineCode string
+	// Metadata is the request's metadata (never nil).
+	Metadata map[string]string
+	// Created is the creation time on Config.Now.
+	Created time.Time
+	// IdempotencyKey is the key of the request that created it, or empty.
+	IdempotencyKey string
+	// RequestID is the Request-Id of the request that created it.
+	RequestID string
+}
+
+func (pi PaymentIntent) clone() PaymentIntent {
+	md := make(map[string]string, len(pi.Metadata))
+	for k, v := range pi.Metadata {
+		md[k] = v
+	}
+	pi.Metadata = md
+	return pi
+}
+
+// Stats summarizes what a double did. It is also served as JSON at
+// GET /_double/stats, for tests that run the dispatcher in another process.
+type Stats struct {
+	// PaymentIntents is how many PaymentIntents were created (effects),
+	// declined ones included.
+	PaymentIntents int `json:"payment_intents"`
+	// Replays is how many responses were replayed from the idempotency store.
+	Replays int `json:"replays"`
+	// Requests is how many API requests (everything under /v1/) arrived,
+	// whatever their answer.
+	Requests int `json:"requests"`
+	// Faults counts the faults the double applied, by kind. A fault drawn for
+	// a request that never reached the point where it applies (a 401, a 409,
+	// an idempotency mismatch, a validation error, or an error fault drawn for
+	// a replayed request) is not counted here, though the injector counts it.
+	Faults map[fault.Kind]int `json:"faults"`
+	// DuplicateEffects is how many intent ids have more than one PaymentIntent.
+	DuplicateEffects int `json:"duplicate_effects"`
+	// EffectsByIntent counts PaymentIntents per metadata["intent_id"].
+	EffectsByIntent map[string]int `json:"effects_by_intent"`
+}
+
+// Server is a running Stripe double. Create it with NewServer.
+type Server struct {
+	apiKey  string
+	now     func() time.Time
+	faults  *fault.Injector
+	handler http.Handler
+
+	ln      net.Listener
+	httpSrv *http.Server
+	served  chan struct{}
+
+	mu            sync.Mutex
+	pis           []*PaymentIntent
+	byID          map[string]*PaymentIntent
+	keys          map[string]*idemEntry
+	declines      map[string]string
+	requests      int
+	replays       int
+	faultsApplied map[fault.Kind]int
+}
+
+// idemEntry is the idempotency store's record of one key.
+type idemEntry struct {
+	fingerprint string
+	firstUsed   time.Time
+	inFlight    bool
+	saved       *savedResponse
+}
+
+type savedResponse struct {
+	status    int
+	body      []byte
+	requestID string
+}
+
+// NewServer starts a double listening on cfg.Addr and serving in a
+// goroutine. Close it when done.
+func NewServer(cfg Config) (*Server, error) {
+	s := newServer(cfg)
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("stripedouble: listen on %s: %w", addr, err)
+	}
+	s.ln = ln
+	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	s.served = make(chan struct{})
+	go func() {
+		defer close(s.served)
+		_ = s.httpSrv.Serve(ln)
+	}()
+	return s, nil
+}
+
+func newServer(cfg Config) *Server {
+	s := &Server{
+		apiKey:        cfg.APIKey,
+		now:           cfg.Now,
+		faults:        cfg.Faults,
+		byID:          map[string]*PaymentIntent{},
+		keys:          map[string]*idemEntry{},
+		declines:      map[string]string{DeclinedCard: "generic_decline", InsufficientFundsCard: "insufficient_funds"},
+		faultsApplied: map[fault.Kind]int{},
+	}
+	if s.apiKey == "" {
+		s.apiKey = DefaultAPIKey
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.faults == nil {
+		s.faults = fault.New(1)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/payment_intents", s.handleCreate)
+	mux.HandleFunc("GET /v1/payment_intents/search", s.handleSearch)
+	mux.HandleFunc("GET /v1/payment_intents/{id}", s.handleGet)
+	mux.HandleFunc("GET /_double/stats", s.handleStats)
+	mux.HandleFunc("/", s.handleUnknown)
+	s.handler = mux
+	return s
+}
+
+// URL is the double's base URL, "http://127.0.0.1:PORT", to give to
+// stripe-go as BackendConfig.URL.
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+
+// Close stops the server, dropping open connections (a request held by a
+// Delay fault sees its context cancelled), and waits for it to stop serving.
+func (s *Server) Close() error {
+	err := s.httpSrv.Close()
+	<-s.served
+	return err
+}
+
+// Handler is the double's HTTP handler, to mount elsewhere if wanted.
+//
+// POST /v1/payment_intents draws one fault from Faults() after
+// authentication and applies it:
+//
+//   - fault.RateLimit: 429 rate_limit with Retry-After; nothing created or
+//     saved, whatever the key's state.
+//   - fault.ErrorBefore with a status other than 500 (502, 503): that status
+//     with an api_error, as a gateway would answer; nothing created or saved.
+//   - fault.ErrorBefore with 500: nothing created, the 500 is saved under
+//     the key (execution had started), so retries replay it.
+//   - fault.ErrorAfter: the PaymentIntent is created, then the fault's
+//     status is answered. A 500 is saved under the key and replayed; for any
+//     other status the real (200 or 402) response is saved, so a retry
+//     replays the success.
+//   - fault.LoseResponse: the PaymentIntent is created and its response
+//     saved, then the connection is dropped without an answer.
+//   - fault.Delay: the PaymentIntent is created, then the answer is held
+//     back for the delay while the key stays in flight (concurrent requests
+//     with it get 409). If the client goes away meanwhile, the response is
+//     still saved.
+//
+// A request whose key already has a saved response is replayed and never
+// creates anything: Delay and LoseResponse still apply to the replay (they
+// are network faults), ErrorBefore and ErrorAfter with 500 are ignored.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Faults returns the injector the double draws faults from.
+func (s *Server) Faults() *fault.Injector { return s.faults }
+
+// Decline makes every confirmed payment with paymentMethod a 402 card_error
+// with code card_declined and the given decline code. The PaymentIntent is
+// still created (status requires_payment_method), as Stripe does, and counts
+// as an effect. DeclinedCard and InsufficientFundsCard are declined without
+// calling it.
+func (s *Server) Decline(paymentMethod, declineCode string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.declines[paymentMethod] = declineCode
+}
+
+// PaymentIntents returns a copy of every PaymentIntent created, in order.
+func (s *Server) PaymentIntents() []PaymentIntent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]PaymentIntent, len(s.pis))
+	for i, pi := range s.pis {
+		out[i] = pi.clone()
+	}
+	return out
+}
+
+// EffectsFor counts the PaymentIntents (charge attempts, declined ones
+// included) whose metadata["intent_id"] is intentID.
+func (s *Server) EffectsFor(intentID int64) int {
+	id := strconv.FormatInt(intentID, 10)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, pi := range s.pis {
+		if pi.Metadata["intent_id"] == id {
+			n++
+		}
+	}
+	return n
+}
+
+// DuplicateEffects counts the intent ids that have more than one
+// PaymentIntent: for an exactly-once test, it must be 0.
+func (s *Server) DuplicateEffects() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return duplicates(s.effectsByIntentLocked())
+}
+
+func duplicates(byIntent map[string]int) int {
+	n := 0
+	for _, c := range byIntent {
+		if c > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Server) effectsByIntentLocked() map[string]int {
+	m := map[string]int{}
+	for _, pi := range s.pis {
+		if id, ok := pi.Metadata["intent_id"]; ok {
+			m[id]++
+		}
+	}
+	return m
+}
+
+// Stats returns a snapshot of the double's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	byIntent := s.effectsByIntentLocked()
+	faults := make(map[fault.Kind]int, len(s.faultsApplied))
+	for k, v := range s.faultsApplied {
+		faults[k] = v
+	}
+	return Stats{
+		PaymentIntents:   len(s.pis),
+		Replays:          s.replays,
+		Requests:         s.requests,
+		Faults:           faults,
+		DuplicateEffects: duplicates(byIntent),
+		EffectsByIntent:  byIntent,
+	}
+}
+
+// ---- HTTP plumbing ----
+
+// apiError is Stripe's error object, as stripe-go decodes it.
+type apiError struct {
+	Type          string         `json:"type"`
+	Code          string         `json:"code,omitempty"`
+	DeclineCode   string         `json:"decline_code,omitempty"`
+	Message       string         `json:"message"`
+	Param         string         `json:"param,omitempty"`
+	DocURL        string         `json:"doc_url,omitempty"`
+	Charge        string         `json:"charge,omitempty"`
+	PaymentIntent map[string]any `json:"payment_intent,omitempty"`
+	RequestLogURL string         `json:"request_log_url,omitempty"`
+}
+
+func errorBody(e apiError) []byte {
+	b, _ := json.Marshal(map[string]apiError{"error": e})
+	return b
+}
+
+const msgServerError = "Sorry, something went wrong. We've already been notified of the problem, but if you need any help, you can reach out to support: https://support.stripe.com/contact"
+
+func serverErrorBody(status int) []byte {
+	msg := msgServerError
+	if status != http.StatusInternalServerError {
+		msg = fmt.Sprintf("The Stripe API is temporarily unavailable (HTTP %d). Please retry the request with the same idempotency key.", status)
+	}
+	return errorBody(apiError{Type: "api_error", Message: msg})
+}
+
+func (s *Server) write(w http.ResponseWriter, r *http.Request, reqID string, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Request-Id", reqID)
+	if k := r.Header.Get("Idempotency-Key"); k != "" {
+		h.Set("Idempotency-Key", k)
+	}
+	if v := r.Header.Get("Stripe-Version"); v != "" {
+		h.Set("Stripe-Version", v)
+	} else {
+		h.Set("Stripe-Version", APIVersion)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, reqID string, status int, e apiError) {
+	if e.RequestLogURL == "" && e.Type != "" {
+		e.RequestLogURL = "https://dashboard.stripe.com/test/logs/" + reqID
+	}
+	s.write(w, r, reqID, status, errorBody(e))
+}
+
+func (s *Server) countRequest() {
+	s.mu.Lock()
+	s.requests++
+	s.mu.Unlock()
+}
+
+func (s *Server) countFault(k fault.Kind) {
+	s.mu.Lock()
+	s.faultsApplied[k]++
+	s.mu.Unlock()
+}
+
+// authorize checks the bearer key and answers 401 when it is wrong.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, reqID string) bool {
+	auth := r.Header.Get("Authorization")
+	key, ok := strings.CutPrefix(auth, "Bearer ")
+	key = strings.TrimSpace(key)
+	if ok && key == s.apiKey {
+		return true
+	}
+	w.Header().Set("Www-Authenticate", `Bearer realm="Stripe"`)
+	if !ok || key == "" {
+		s.writeError(w, r, reqID, http.StatusUnauthorized, apiError{
+			Type:    "invalid_request_error",
+			Message: "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY'). See https://stripe.com/docs/api#authentication for details, or we can help at https://support.stripe.com/.",
+		})
+		return false
+	}
+	s.writeError(w, r, reqID, http.StatusUnauthorized, apiError{
+		Type:    "invalid_request_error",
+		Message: "Invalid API Key provided: " + maskKey(key),
+	})
+	return false
+}
+
+// maskKey masks an API key the way Stripe's error messages do: the prefix
+// ("sk_test_") and, for keys long enough, the last four characters stay
+// visible; everything else becomes '*'. The result never equals the key.
+func maskKey(key string) string {
+	prefix := ""
+	for _, p := range []string{"sk_test_", "sk_live_", "rk_test_", "rk_live_", "pk_test_", "pk_live_"} {
+		if strings.HasPrefix(key, p) {
+			prefix = p
+			break
+		}
+	}
+	rest := key[len(prefix):]
+	if len(rest) >= 12 {
+		return prefix + strings.Repeat("*", len(rest)-4) + rest[len(rest)-4:]
+	}
+	return prefix + strings.Repeat("*", max(len(rest), 4))
+}
+
+func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) {
+	reqID := newID("req_", 14)
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		s.countRequest()
+	}
+	s.writeError(w, r, reqID, http.StatusNotFound, apiError{
+		Type:    "invalid_request_error",
+		Message: fmt.Sprintf("Unrecognized request URL (%s: %s). Please see https://stripe.com/docs or we can help at https://support.stripe.com/.", r.Method, r.URL.Path),
+	})
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	b, _ := json.Marshal(s.Stats())
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// ---- POST /v1/payment_intents ----
+
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	s.countRequest()
+	reqID := newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+		return
+	}
+	form := r.PostForm
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+
+	f := s.faults.Next()
+	// Faults at the edge, before the idempotency layer: nothing is saved.
+	switch {
+	case f.Kind == fault.RateLimit:
+		s.countFault(f.Kind)
+		secs := int64(math.Ceil(f.RetryAfterOrDefault().Seconds()))
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		s.writeError(w, r, reqID, http.StatusTooManyRequests, apiError{
+			Type:    "invalid_request_error",
+			Code:    "rate_limit",
+			Message: "Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.",
+			DocURL:  "https://stripe.com/docs/error-codes/rate-limit",
+		})
+		return
+	case f.Kind == fault.ErrorBefore && f.StatusOr500() != http.StatusInternalServerError:
+		s.countFault(f.Kind)
+		s.write(w, r, reqID, f.StatusOr500(), serverErrorBody(f.StatusOr500()))
+		return
+	}
+
+	// The idempotency layer.
+	var entry *idemEntry
+	if key != "" {
+		fp := form.Encode() // url.Values.Encode sorts by key: order-independent.
+		now := s.now()
+		s.mu.Lock()
+		e := s.keys[key]
+		if e != nil && !e.inFlight && !now.Before(e.firstUsed.Add(KeyRetention)) {
+			delete(s.keys, key) // pruned: a reuse executes afresh
+			e = nil
+		}
+		switch {
+		case e == nil:
+			entry = &idemEntry{fingerprint: fp, firstUsed: now, inFlight: true}
+			s.keys[key] = entry
+			s.mu.Unlock()
+		case e.inFlight:
+			s.mu.Unlock()
+			s.writeError(w, r, reqID, http.StatusConflict, apiError{
+				Type:    "invalid_request_error",
+				Code:    "idempotency_key_in_use",
+				Message: "There is currently another in-progress request using this idempotent key (that probably means you submitted twice, and the other request is still going through): " + key + ". Please try again later.",
+				DocURL:  "https://stripe.com/docs/error-codes/idempotency-key-in-use",
+			})
+			return
+		case e.fingerprint != fp:
+			s.mu.Unlock()
+			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{
+				Type:    "idempotency_error",
+				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '" + key + "' if you meant to execute a different request.",
+			})
+			return
+		default:
+			saved := *e.saved
+			s.replays++
+			s.mu.Unlock()
+			s.replay(w, r, reqID, saved, f)
+			return
+		}
+	}
+
+	params, verr := parseCreate(form)
+	if verr != nil {
+		s.release(key, entry)
+		s.writeError(w, r, reqID, http.StatusBadRequest, *verr)
+		return
+	}
+
+	if f.Kind == fault.ErrorBefore { // 500: execution started, nothing done, saved
+		s.countFault(f.Kind)
+		resp := savedResponse{status: http.StatusInternalServerError, body: serverErrorBody(http.StatusInternalServerError), requestID: reqID}
+		s.finish(key, entry, resp)
+		s.write(w, r, reqID, resp.status, resp.body)
+		return
+	}
+
+	resp := s.create(params, key, reqID)
+	switch f.Kind {
+	case fault.ErrorAfter:
+		s.countFault(f.Kind)
+		status := f.StatusOr500()
+		errResp := savedResponse{status: status, body: serverErrorBody(status), requestID: reqID}
+		if status == http.StatusInternalServerError {
+			s.finish(key, entry, errResp)
+		} else {
+			s.finish(key, entry, resp)
+		}
+		s.write(w, r, reqID, errResp.status, errResp.body)
+	case fault.LoseResponse:
+		s.countFault(f.Kind)
+		s.finish(key, entry, resp)
+		fault.DropConnection(w)
+	case fault.Delay:
+		s.countFault(f.Kind)
+		sleep(r.Context(), f.Delay)
+		s.finish(key, entry, resp)
+		s.write(w, r, reqID, resp.status, resp.body)
+	default:
+		s.finish(key, entry, resp)
+		s.write(w, r, reqID, resp.status, resp.body)
+	}
+}
+
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, reqID string, saved savedResponse, f fault.Fault) {
+	switch f.Kind {
+	case fault.Delay:
+		s.countFault(f.Kind)
+		sleep(r.Context(), f.Delay)
+	case fault.LoseResponse:
+		s.countFault(f.Kind)
+		fault.DropConnection(w)
+		return
+	}
+	w.Header().Set("Idempotent-Replayed", "true")
+	w.Header().Set("Original-Request", saved.requestID)
+	s.write(w, r, reqID, saved.status, saved.body)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// release forgets an in-flight key whose request ended without a response
+// Stripe saves.
+func (s *Server) release(key string, entry *idemEntry) {
+	if entry == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keys[key] == entry {
+		delete(s.keys, key)
+	}
+}
+
+// finish saves resp under an in-flight key.
+func (s *Server) finish(key string, entry *idemEntry, resp savedResponse) {
+	if entry == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	entry.inFlight = false
+	entry.saved = &resp
+	s.keys[key] = entry
+}
+
+type createParams struct {
+	amount                    int64
+	currency                  string
+	customer                  string
+	paymentMethod             string
+	confirm                   bool
+	description               string
+	receiptEmail              string
+	statementDescriptorSuffix string
+	metadata                  map[string]string
+}
+
+var knownParams = map[string]bool{
+	"amount": true, "currency": true, "customer": true, "payment_method": true, "confirm": true,
+	"description": true, "receipt_email": true, "statement_descriptor_suffix": true,
+	"statement_descriptor": true, "capture_method": true, "confirmation_method": true,
+	"setup_future_usage": true, "off_session": true, "return_url": true, "on_behalf_of": true,
+	"transfer_group": true, "application_fee_amount": true, "use_stripe_sdk": true,
+}
+
+var knownPrefixes = []string{"expand[", "payment_method_types[", "automatic_payment_methods[", "payment_method_options[", "shipping[", "transfer_data[", "mandate_data[", "payment_method_data["}
+
+var currencyRE = regexp.MustCompile(`^[a-z]{3}$`)
+
+func invalid(param, code, msg string) *apiError {
+	return &apiError{Type: "invalid_request_error", Code: code, Param: param, Message: msg}
+}
+
+// parseCreate validates the form the way Stripe's API does, as far as the
+// double needs to.
+func parseCreate(form map[string][]string) (createParams, *apiError) {
+	p := createParams{metadata: map[string]string{}}
+	keys := make([]string, 0, len(form))
+	for k := range form {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := form[k][len(form[k])-1]
+		if mk, ok := strings.CutPrefix(k, "metadata["); ok && strings.HasSuffix(mk, "]") {
+			mk = strings.TrimSuffix(mk, "]")
+			switch {
+			case mk == "" || strings.ContainsAny(mk, "[]"):
+				return p, invalid(k, "parameter_unknown", "Invalid metadata key: "+mk)
+			case len(mk) > 40:
+				return p, invalid(k, "", "Metadata keys can be at most 40 characters long. Invalid key: "+mk)
+			case len(v) > 500:
+				return p, invalid(k, "", "Metadata values can have up to 500 characters, but you passed in a value that is "+strconv.Itoa(len(v))+" characters. Invalid value: "+v[:20]+"...")
+			}
+			p.metadata[mk] = v
+			continue
+		}
+		if knownParams[k] {
+			continue
+		}
+		if slices.ContainsFunc(knownPrefixes, func(pre string) bool { return strings.HasPrefix(k, pre) }) {
+			continue
+		}
+		return p, invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
+	}
+	if len(p.metadata) > 50 {
+		return p, invalid("metadata", "", "Metadata can have up to 50 keys, but you passed in "+strconv.Itoa(len(p.metadata))+" keys.")
+	}
+	get := func(k string) (string, bool) {
+		vs, ok := form[k]
+		if !ok || len(vs) == 0 {
+			return "", false
+		}
+		return vs[len(vs)-1], true
+	}
+	amount, ok := get("amount")
+	if !ok || amount == "" {
+		return p, invalid("amount", "parameter_missing", "Missing required param: amount.")
+	}
+	n, err := strconv.ParseInt(amount, 10, 64)
+	if err != nil {
+		return p, invalid("amount", "parameter_invalid_integer", "Invalid integer: "+amount)
+	}
+	if n < 1 {
+		return p, invalid("amount", "parameter_invalid_integer", "This value must be greater than or equal to 1.")
+	}
+	if n > 99999999 {
+		return p, invalid("amount", "amount_too_large", "Amount must be no more than $999,999.99")
+	}
+	p.amount = n
+	currency, ok := get("currency")
+	if !ok || currency == "" {
+		return p, invalid("currency", "parameter_missing", "Missing required param: currency.")
+	}
+	if !currencyRE.MatchString(strings.ToLower(currency)) {
+		return p, invalid("currency", "", "Invalid currency: "+currency+". Stripe currently supports these currencies: usd, eur, gbp, ...")
+	}
+	p.currency = strings.ToLower(currency)
+	if c, ok := get("confirm"); ok {
+		switch c {
+		case "true":
+			p.confirm = true
+		case "false":
+		default:
+			return p, invalid("confirm", "parameter_invalid_boolean", "Invalid boolean: "+c)
+		}
+	}
+	p.customer, _ = get("customer")
+	if p.customer != "" && !strings.HasPrefix(p.customer, "cus_") {
+		return p, invalid("customer", "resource_missing", "No such customer: '"+p.customer+"'")
+	}
+	p.paymentMethod, _ = get("payment_method")
+	p.description, _ = get("description")
+	p.receiptEmail, _ = get("receipt_email")
+	p.statementDescriptorSuffix, _ = get("statement_descriptor_suffix")
+	if len(p.statementDescriptorSuffix) > 22 {
+		return p, invalid("statement_descriptor_suffix", "", "The statement descriptor suffix must be at most 22 characters.")
+	}
+	return p, nil
+}
+
+// create records a PaymentIntent and returns the response Stripe would save:
+// 200 with the PaymentIntent, or 402 when its card is declined.
+func (s *Server) create(p createParams, key, reqID string) savedResponse {
+	pi := &PaymentIntent{
+		ID:                        newID("pi_", 24),
+		Amount:                    p.amount,
+		Currency:                  p.currency,
+		Customer:                  p.customer,
+		PaymentMethod:             p.paymentMethod,
+		Description:               p.description,
+		ReceiptEmail:              p.receiptEmail,
+		StatementDescriptorSuffix: p.statementDescriptorSuffix,
+		Confirm:                   p.confirm,
+		Status:                    "requires_confirmation",
+		Metadata:                  p.metadata,
+		Created:                   s.now(),
+		IdempotencyKey:            key,
+		RequestID:                 reqID,
+	}
+	if pi.PaymentMethod == "" {
+		pi.Status = "requires_payment_method"
+	}
+	s.mu.Lock()
+	decline, declined := s.declines[p.paymentMethod]
+	if p.confirm && p.paymentMethod != "" {
+		if declined {
+			pi.Status = "requires_payment_method"
+			pi.DeclineCode = decline
+		} else {
+			pi.Status = "succeeded"
+		}
+	}
+	s.pis = append(s.pis, pi)
+	s.byID[pi.ID] = pi
+	wire := pi.wire()
+	s.mu.Unlock()
+
+	if pi.DeclineCode != "" {
+		return savedResponse{status: http.StatusPaymentRequired, requestID: reqID, body: errorBody(apiError{
+			Type:          "card_error",
+			Code:          "card_declined",
+			DeclineCode:   pi.DeclineCode,
+			Message:       declineMessage(pi.DeclineCode),
+			DocURL:        "https://stripe.com/docs/error-codes/card-declined",
+			Charge:        chargeID(pi.ID),
+			PaymentIntent: wire,
+			RequestLogURL: "https://dashboard.stripe.com/test/logs/" + reqID,
+		})}
+	}
+	body, _ := json.Marshal(wire)
+	return savedResponse{status: http.StatusOK, body: body, requestID: reqID}
+}
+
+func declineMessage(code string) string {
+	switch code {
+	case "insufficient_funds":
+		return "Your card has insufficient funds."
+	case "expired_card":
+		return "Your card has expired."
+	case "incorrect_cvc":
+		return "Your card's security code is incorrect."
+	default:
+		return "Your card was declined."
+	}
+}
+
+func chargeID(piID string) string { return "ch_" + strings.TrimPrefix(piID, "pi_") }
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// wire renders the PaymentIntent as Stripe's JSON object.
+func (pi *PaymentIntent) wire() map[string]any {
+	md := make(map[string]string, len(pi.Metadata))
+	for k, v := range pi.Metadata {
+		md[k] = v
+	}
+	m := map[string]any{
+		"id":                          pi.ID,
+		"object":                      "payment_intent",
+		"amount":                      pi.Amount,
+		"amount_capturable":           0,
+		"amount_received":             0,
+		"capture_method":              "automatic",
+		"client_secret":               pi.ID + "_secret_" + strings.Repeat("x", 25),
+		"confirmation_method":         "automatic",
+		"created":                     pi.Created.Unix(),
+		"currency":                    pi.Currency,
+		"customer":                    nullable(pi.Customer),
+		"description":                 nullable(pi.Description),
+		"last_payment_error":          nil,
+		"latest_charge":               nil,
+		"livemode":                    false,
+		"metadata":                    md,
+		"payment_method":              nullable(pi.PaymentMethod),
+		"payment_method_types":        []string{"card"},
+		"receipt_email":               nullable(pi.ReceiptEmail),
+		"statement_descriptor_suffix": nullable(pi.StatementDescriptorSuffix),
+		"status":                      pi.Status,
+	}
+	if pi.Status == "succeeded" {
+		m["amount_received"] = pi.Amount
+		m["latest_charge"] = chargeID(pi.ID)
+	}
+	if pi.DeclineCode != "" {
+		m["latest_charge"] = chargeID(pi.ID)
+		m["payment_method"] = nil
+		m["last_payment_error"] = map[string]any{
+			"type":         "card_error",
+			"code":         "card_declined",
+			"decline_code": pi.DeclineCode,
+			"message":      declineMessage(pi.DeclineCode),
+			"charge":       chargeID(pi.ID),
+		}
+	}
+	return m
+}
+
+// ---- GET /v1/payment_intents/{id} ----
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	s.countRequest()
+	reqID := newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return
+	}
+	id := r.PathValue("id")
+	s.mu.Lock()
+	pi, ok := s.byID[id]
+	var wire map[string]any
+	if ok {
+		wire = pi.wire()
+	}
+	s.mu.Unlock()
+	if !ok {
+		s.writeError(w, r, reqID, http.StatusNotFound, apiError{
+			Type:    "invalid_request_error",
+			Code:    "resource_missing",
+			Param:   "intent",
+			Message: "No such payment_intent: '" + id + "'",
+			DocURL:  "https://stripe.com/docs/error-codes/resource-missing",
+		})
+		return
+	}
+	body, _ := json.Marshal(wire)
+	s.write(w, r, reqID, http.StatusOK, body)
+}
+
+// ---- GET /v1/payment_intents/search ----
+
+// clauseRE matches one clause of the supported subset of Stripe's search
+// query language: metadata['key']:'value' (either quote), or
+// status/customer/currency:'value'.
+var clauseRE = regexp.MustCompile(`^(?:metadata\[(?:'([^']*)'|"([^"]*)")\]|(status|customer|currency))\s*:\s*(?:'([^']*)'|"([^"]*)")$`)
+
+var andRE = regexp.MustCompile(`\s+AND\s+`)
+
+type clause struct {
+	field, metaKey, value string
+}
+
+func parseQuery(q string) ([]clause, bool) {
+	q = strings.TrimSpace(q)
+	if q == "" {
+		return nil, false
+	}
+	var out []clause
+	for _, part := range andRE.Split(q, -1) {
+		m := clauseRE.FindStringSubmatch(strings.TrimSpace(part))
+		if m == nil {
+			return nil, false
+		}
+		c := clause{field: m[3], value: m[4] + m[5]}
+		if c.field == "" {
+			c.field = "metadata"
+			c.metaKey = m[1] + m[2]
+		}
+		out = append(out, c)
+	}
+	return out, true
+}
+
+func (c clause) match(pi *PaymentIntent) bool {
+	switch c.field {
+	case "metadata":
+		v, ok := pi.Metadata[c.metaKey]
+		return ok && v == c.value
+	case "status":
+		return pi.Status == c.value
+	case "customer":
+		return pi.Customer == c.value
+	case "currency":
+		return pi.Currency == c.value
+	}
+	return false
+}
+
+func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
+	s.countRequest()
+	reqID := newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return
+	}
+	q := r.URL.Query()
+	clauses, ok := parseQuery(q.Get("query"))
+	if !ok {
+		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{
+			Type:    "invalid_request_error",
+			Param:   "query",
+			Message: "The search query is not supported by this test double: " + strconv.Quote(q.Get("query")) + ". Supported: metadata['key']:'value', status:'...', customer:'...', currency:'...', joined with AND.",
+		})
+		return
+	}
+	limit := 10
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100 {
+			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Param: "limit", Message: "This value must be between 1 and 100."})
+			return
+		}
+		limit = n
+	}
+	offset := 0
+	if pg := q.Get("page"); pg != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(pg, "page_"))
+		if err != nil || n < 0 || !strings.HasPrefix(pg, "page_") {
+			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Param: "page", Message: "Invalid page: " + pg})
+			return
+		}
+		offset = n
+	}
+	s.mu.Lock()
+	var hits []map[string]any
+	for i := len(s.pis) - 1; i >= 0; i-- { // newest first, as Stripe orders search results
+		pi := s.pis[i]
+		all := true
+		for _, c := range clauses {
+			if !c.match(pi) {
+				all = false
+				break
+			}
+		}
+		if all {
+			hits = append(hits, pi.wire())
+		}
+	}
+	s.mu.Unlock()
+	total := len(hits)
+	hits = hits[min(offset, total):min(offset+limit, total)]
+	if hits == nil {
+		hits = []map[string]any{}
+	}
+	var next any
+	hasMore := offset+limit < total
+	if hasMore {
+		next = "page_" + strconv.Itoa(offset+limit)
+	}
+	body, _ := json.Marshal(map[string]any{
+		"object":    "search_result",
+		"data":      hits,
+		"has_more":  hasMore,
+		"next_page": next,
+		"url":       "/v1/payment_intents/search",
+	})
+	s.write(w, r, reqID, http.StatusOK, body)
+}
+
+// ---- ids ----
+
+const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+func newID(prefix string, n int) string {
+	b := make([]byte, n)
+	size := big.NewInt(int64(len(alphabet)))
+	for i := range b {
+		v, err := rand.Int(rand.Reader, size)
+		if err != nil {
+			panic(errors.Join(errors.New("stripedouble: no randomness"), err))
+		}
+		b[i] = alphabet[v.Int64()]
+	}
+	return prefix + string(b)
+}

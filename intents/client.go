@@ -1,0 +1,106 @@
+package intents
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxkit/outbox/providers"
+)
+
+const (
+	// DefaultMaxPayloadBytes is Config.MaxPayloadBytes's default: 64 KiB.
+	DefaultMaxPayloadBytes = 64 << 10
+	// DefaultMaxTxAttempts is Config.MaxTxAttempts's default.
+	DefaultMaxTxAttempts = 5
+	// DefaultTxRetryDelay is Config.TxRetryDelay's default.
+	DefaultTxRetryDelay = 20 * time.Millisecond
+)
+
+// Config configures a Client.
+type Config struct {
+	// Providers validates every recorded intent: its kind must belong to a
+	// registered provider and its payload must pass that provider's
+	// validation. Required.
+	Providers *providers.Registry
+
+	// MaxPayloadBytes bounds an intent's JSON payload. Defaults to
+	// DefaultMaxPayloadBytes.
+	MaxPayloadBytes int
+
+	// MaxTxAttempts bounds how many times Consume runs its whole transaction
+	// when Postgres reports a transient error (serialization failure,
+	// deadlock, a connection lost before commit). Each run calls the handler
+	// again. Defaults to DefaultMaxTxAttempts; 1 disables retries.
+	MaxTxAttempts int
+
+	// TxRetryDelay is the first delay between transaction attempts; it
+	// doubles each time, with jitter. Defaults to DefaultTxRetryDelay.
+	TxRetryDelay time.Duration
+
+	// Logger receives retry warnings. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() (*Config, error) {
+	if c == nil {
+		return nil, errors.New("intents: Config is required (it must name the providers)")
+	}
+	out := *c
+	if out.Providers == nil {
+		return nil, errors.New("intents: Config.Providers is required")
+	}
+	if out.MaxPayloadBytes == 0 {
+		out.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if out.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("intents: Config.MaxPayloadBytes must be positive, got %d", out.MaxPayloadBytes)
+	}
+	if out.MaxTxAttempts == 0 {
+		out.MaxTxAttempts = DefaultMaxTxAttempts
+	}
+	if out.MaxTxAttempts < 0 {
+		return nil, fmt.Errorf("intents: Config.MaxTxAttempts must be positive, got %d", out.MaxTxAttempts)
+	}
+	if out.TxRetryDelay == 0 {
+		out.TxRetryDelay = DefaultTxRetryDelay
+	}
+	if out.TxRetryDelay < 0 {
+		return nil, fmt.Errorf("intents: Config.TxRetryDelay must be positive, got %s", out.TxRetryDelay)
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &out, nil
+}
+
+// Client records intents. It is safe for concurrent use.
+type Client struct {
+	pool   *pgxpool.Pool
+	config *Config
+	// jobs inserts dispatch jobs; it runs no workers.
+	jobs *river.Client[pgx.Tx]
+}
+
+// NewClient returns a Client that records intents in the database behind
+// pool, which must have been migrated (outboxd migrate).
+func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
+	if pool == nil {
+		return nil, errors.New("intents: pool is required")
+	}
+	cfg, err := config.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("intents: river client: %w", err)
+	}
+	return &Client{pool: pool, config: cfg, jobs: jobs}, nil
+}

@@ -1,0 +1,171 @@
+package intents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/sethvargo/go-retry"
+)
+
+// Message identifies one delivery to one consumer.
+type Message struct {
+	// Consumer names the consumer handling the message ("billing"). The same
+	// message handled by two consumers is processed once by each. 1 to
+	// MaxConsumerLength letters, digits, '_', '.' or '-'.
+	Consumer string
+	// ID is the message's id as the broker or publisher assigned it, the
+	// same on every redelivery. 1 to MaxMessageIDLength printable
+	// characters.
+	ID string
+}
+
+func (m Message) validate() error {
+	if m.Consumer == "" {
+		return fmt.Errorf("%w: consumer name is empty", ErrInvalidMessage)
+	}
+	if len(m.Consumer) > MaxConsumerLength || !namePattern.MatchString(m.Consumer) {
+		return fmt.Errorf("%w: consumer name %q must be 1 to %d letters, digits, '_', '.' or '-'", ErrInvalidMessage, m.Consumer, MaxConsumerLength)
+	}
+	if m.ID == "" {
+		return fmt.Errorf("%w: message id is empty", ErrInvalidMessage)
+	}
+	if len(m.ID) > MaxMessageIDLength || !printable(m.ID) {
+		return fmt.Errorf("%w: message id must be 1 to %d printable characters, got %d bytes", ErrInvalidMessage, MaxMessageIDLength, len(m.ID))
+	}
+	return nil
+}
+
+// Handler handles one message. It makes its own writes through tx and
+// records intents with rec; it must not commit or roll back tx, and must not
+// call external systems itself. Returning an error rolls everything back.
+//
+// Consume may call a handler more than once for one delivery when Postgres
+// reports a transient error; each earlier run was rolled back, so a handler
+// that only writes through tx is safe.
+type Handler func(ctx context.Context, tx pgx.Tx, rec *Recorder) error
+
+// Result is what Consume did with a message.
+type Result struct {
+	// Duplicate is true when the message had already been processed by this
+	// consumer: the handler did not run and nothing was written.
+	Duplicate bool
+	// Intents are the intents recorded, in the order the handler recorded
+	// them.
+	Intents []Recorded
+}
+
+// Consume processes msg exactly once per consumer. In one transaction it
+// inserts the processed marker, runs handler, and stores the intents the
+// handler recorded with their dispatch jobs. A message already processed
+// returns Result{Duplicate: true} and a nil error without running handler.
+//
+// If handler returns an error or panics (a panic is returned as a
+// *PanicError), or an intent is refused (an *IntentError), the transaction
+// is rolled back: no marker, no business writes, no intent. The broker may
+// then redeliver the message and it will be processed afresh.
+//
+// Transient Postgres errors rerun the whole transaction, up to
+// Config.MaxTxAttempts times with exponential backoff and jitter. A
+// connection lost during COMMIT is retried too: if the commit had in fact
+// happened, the rerun finds the marker and reports a duplicate.
+func (c *Client) Consume(ctx context.Context, msg Message, handler Handler) (Result, error) {
+	if err := msg.validate(); err != nil {
+		return Result{}, err
+	}
+	if handler == nil {
+		return Result{}, errors.New("intents: handler is nil")
+	}
+	backoff := retry.WithMaxRetries(uint64(c.config.MaxTxAttempts-1),
+		retry.WithJitterPercent(25, retry.NewExponential(c.config.TxRetryDelay)))
+	var result Result
+	attempt := 0
+	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+		attempt++
+		res, err := c.consumeOnce(ctx, msg, handler)
+		if err != nil {
+			if isTransient(ctx, err) {
+				c.config.Logger.WarnContext(ctx, "transient database error; retrying message",
+					"consumer", msg.Consumer, "message_id", msg.ID, "attempt", attempt, "error", err)
+				return retry.RetryableError(err)
+			}
+			return err
+		}
+		result = res
+		return nil
+	})
+	return result, err
+}
+
+func (c *Client) consumeOnce(ctx context.Context, msg Message, handler Handler) (res Result, err error) {
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("intents: begin: %w", err)
+	}
+	defer func() {
+		if err != nil || res.Duplicate {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	res, err = c.consumeTx(ctx, tx, msg, handler)
+	if err != nil || res.Duplicate {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Result{}, fmt.Errorf("intents: commit: %w", err)
+	}
+	return res, nil
+}
+
+// ConsumeTx is Consume inside a transaction the caller holds. It does not
+// retry, and does not commit: the marker, the handler's writes and the
+// intents take effect when the caller commits tx. On a duplicate it writes
+// nothing and tx stays usable. On error the caller must roll tx back.
+func (c *Client) ConsumeTx(ctx context.Context, tx pgx.Tx, msg Message, handler Handler) (Result, error) {
+	if err := msg.validate(); err != nil {
+		return Result{}, err
+	}
+	if handler == nil {
+		return Result{}, errors.New("intents: handler is nil")
+	}
+	return c.consumeTx(ctx, tx, msg, handler)
+}
+
+func (c *Client) consumeTx(ctx context.Context, tx pgx.Tx, msg Message, handler Handler) (Result, error) {
+	tag, err := tx.Exec(ctx, insertProcessedMarkerSQL, msg.Consumer, msg.ID)
+	if err != nil {
+		return Result{}, fmt.Errorf("intents: insert processed marker: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return Result{Duplicate: true}, nil
+	}
+	rec := &Recorder{client: c}
+	if err := runHandler(ctx, tx, rec, handler); err != nil {
+		return Result{}, err
+	}
+	if rec.err != nil {
+		return Result{}, rec.err
+	}
+	if len(rec.pending) == 0 {
+		return Result{}, nil
+	}
+	if err := deriveKeys(msg, rec.pending); err != nil {
+		return Result{}, err
+	}
+	recorded, err := c.insert(ctx, tx, &msg, rec.pending, "consumer:"+msg.Consumer)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Intents: recorded}, nil
+}
+
+func runHandler(ctx context.Context, tx pgx.Tx, rec *Recorder, handler Handler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return handler(ctx, tx, rec)
+}

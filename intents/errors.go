@@ -1,0 +1,64 @@
+package intents
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidMessage is wrapped by errors about a message's consumer name or
+// id. Nothing is written.
+var ErrInvalidMessage = errors.New("invalid message")
+
+// ErrInvalidIntent is wrapped by every *IntentError.
+var ErrInvalidIntent = errors.New("invalid intent")
+
+// ErrPayloadTooLarge is wrapped by an *IntentError whose payload exceeds
+// Config.MaxPayloadBytes.
+var ErrPayloadTooLarge = errors.New("payload too large")
+
+// ErrDuplicateKey is wrapped by a *DuplicateKeyError.
+var ErrDuplicateKey = errors.New("an intent with this idempotency key already exists")
+
+// IntentError says which recorded intent was refused and why. It wraps the
+// cause: a *providers.PayloadError naming the field, providers.ErrUnknownKind,
+// ErrPayloadTooLarge, or a problem with the name or key. The transaction is
+// rolled back.
+type IntentError struct {
+	// Index is the intent's position among those recorded in the call.
+	Index int
+	Kind  string
+	Name  string
+	Err   error
+}
+
+func (e *IntentError) Error() string {
+	label := fmt.Sprintf("intent %d (%s", e.Index, e.Kind)
+	if e.Name != "" {
+		label += fmt.Sprintf(" %q", e.Name)
+	}
+	return label + "): " + e.Err.Error()
+}
+
+// Unwrap returns the cause and ErrInvalidIntent.
+func (e *IntentError) Unwrap() []error { return []error{e.Err, ErrInvalidIntent} }
+
+// DuplicateKeyError is returned when an intent's idempotency key is already
+// taken. The transaction is rolled back.
+type DuplicateKeyError struct {
+	Key string
+}
+
+func (e *DuplicateKeyError) Error() string {
+	return fmt.Sprintf("%s: %q", ErrDuplicateKey, e.Key)
+}
+
+func (e *DuplicateKeyError) Unwrap() error { return ErrDuplicateKey }
+
+// PanicError is returned by Consume when the handler panicked. The
+// transaction was rolled back; the message can be redelivered.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }

@@ -1,0 +1,278 @@
+package intents
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/providers"
+)
+
+// Limits on names and ids, checked before anything is written.
+const (
+	MaxConsumerLength  = 100
+	MaxMessageIDLength = 200
+	MaxNameLength      = 64
+	MaxReferenceLength = 200
+)
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+
+// Intent is an external effect to record.
+type Intent struct {
+	// Kind names what to do and so which provider does it
+	// ("stripe.payment_intent", "sendgrid.email"). Required.
+	Kind string
+	// Name tells apart the intents one message records ("payment",
+	// "receipt"). Required, and distinct, when a message records several;
+	// letters, digits, '_', '.' and '-' only.
+	Name string
+	// Payload is the provider's input: a json.RawMessage, a []byte of JSON,
+	// or any value encoding/json can marshal. It is validated by the provider
+	// before anything is written.
+	Payload any
+	// Reference is an optional business reference (an order id) an operator
+	// can search by.
+	Reference string
+	// Key overrides the derived idempotency key. Only RecordTx honours it;
+	// when empty there, a random key is generated. Consume always derives
+	// the key from the message.
+	Key string
+}
+
+// Recorded describes one stored intent.
+type Recorded struct {
+	ID   int64
+	Key  string
+	Kind string
+	Name string
+}
+
+// Recorder collects the intents a handler records. Its methods are not safe
+// for concurrent use.
+type Recorder struct {
+	client  *Client
+	pending []preparedIntent
+	err     error
+}
+
+// Record validates an intent and queues it to be written when the handler
+// returns nil. A refused intent fails the whole transaction even if the
+// handler ignores the error, so nothing is ever half-recorded.
+func (r *Recorder) Record(in Intent) error {
+	if r.err != nil {
+		return r.err
+	}
+	p, err := r.client.prepare(len(r.pending), in)
+	if err != nil {
+		r.err = err
+		return err
+	}
+	r.pending = append(r.pending, p)
+	return nil
+}
+
+type preparedIntent struct {
+	index     int
+	kind      string
+	name      string
+	provider  providers.Provider
+	payload   []byte
+	reference string
+	key       string
+}
+
+func (c *Client) prepare(index int, in Intent) (preparedIntent, error) {
+	fail := func(err error) (preparedIntent, error) {
+		return preparedIntent{}, &IntentError{Index: index, Kind: in.Kind, Name: in.Name, Err: err}
+	}
+	if in.Kind == "" {
+		return fail(errors.New("kind is required"))
+	}
+	if in.Name != "" && (len(in.Name) > MaxNameLength || !namePattern.MatchString(in.Name)) {
+		return fail(fmt.Errorf("name %q must be 1 to %d letters, digits, '_', '.' or '-'", in.Name, MaxNameLength))
+	}
+	if len(in.Reference) > MaxReferenceLength || !printable(in.Reference) {
+		return fail(fmt.Errorf("reference must be at most %d printable characters", MaxReferenceLength))
+	}
+	payload, err := encodePayload(in.Payload)
+	if err != nil {
+		return fail(err)
+	}
+	if len(payload) > c.config.MaxPayloadBytes {
+		return fail(fmt.Errorf("%w: %d bytes, the limit is %d", ErrPayloadTooLarge, len(payload), c.config.MaxPayloadBytes))
+	}
+	p, err := c.config.Providers.Validate(in.Kind, payload)
+	if err != nil {
+		return fail(err)
+	}
+	return preparedIntent{index: index, kind: in.Kind, name: in.Name, provider: p, payload: payload, reference: in.Reference, key: in.Key}, nil
+}
+
+func encodePayload(v any) ([]byte, error) {
+	var raw []byte
+	switch p := v.(type) {
+	case nil:
+		return nil, errors.New("payload is required")
+	case json.RawMessage:
+		raw = p
+	case []byte:
+		raw = p
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("payload cannot be encoded as JSON: %w", err)
+		}
+		raw = b
+	}
+	if !json.Valid(raw) {
+		return nil, errors.New("payload is not valid JSON")
+	}
+	return raw, nil
+}
+
+// RecordTx records intents in a transaction the caller holds, outside any
+// message consumer: the outbox half of "create a note and publish
+// NoteCreated". Each intent's Key is used as its idempotency key; an empty
+// Key gets a random one, fixed from then on, so retries of the effect are
+// still deduplicated by the provider. Nothing is dispatched until tx
+// commits, and nothing remains if it rolls back. On error the caller must
+// roll tx back.
+func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, intents ...Intent) ([]Recorded, error) {
+	if len(intents) == 0 {
+		return nil, nil
+	}
+	prepared := make([]preparedIntent, 0, len(intents))
+	for i, in := range intents {
+		p, err := c.prepare(i, in)
+		if err != nil {
+			return nil, err
+		}
+		if p.key == "" {
+			p.key = randomKey()
+		}
+		if err := checkKey(p); err != nil {
+			return nil, err
+		}
+		prepared = append(prepared, p)
+	}
+	return c.insert(ctx, tx, nil, prepared, "recorder")
+}
+
+// deriveKeys gives each intent of a message its key, as the package
+// documentation describes.
+func deriveKeys(msg Message, prepared []preparedIntent) error {
+	base := msg.Consumer + ":" + msg.ID
+	if len(prepared) == 1 {
+		prepared[0].key = base
+		return checkKey(prepared[0])
+	}
+	seen := make(map[string]bool, len(prepared))
+	for i := range prepared {
+		p := &prepared[i]
+		if p.name == "" {
+			return &IntentError{Index: p.index, Kind: p.kind, Err: errors.New("a message that records several intents must name each one")}
+		}
+		if seen[p.name] {
+			return &IntentError{Index: p.index, Kind: p.kind, Name: p.name, Err: errors.New("name is used by another intent of this message")}
+		}
+		seen[p.name] = true
+		p.key = base + ":" + p.name
+		if err := checkKey(*p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkKey(p preparedIntent) error {
+	limit := 255 // the column's limit
+	if m := p.provider.Capabilities().MaxKeyLength; m > 0 && m < limit {
+		limit = m
+	}
+	if len(p.key) > limit || !printable(p.key) || p.key == "" {
+		return &IntentError{Index: p.index, Kind: p.kind, Name: p.name,
+			Err: fmt.Errorf("idempotency key must be 1 to %d printable characters for provider %s, got %d bytes", limit, p.provider.Name(), len(p.key))}
+	}
+	return nil
+}
+
+// insert writes the intents, their "recorded" events and their dispatch jobs
+// in tx.
+func (c *Client) insert(ctx context.Context, tx pgx.Tx, msg *Message, prepared []preparedIntent, actor string) ([]Recorded, error) {
+	n := len(prepared)
+	keys, kinds, providerNames, names, refs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	payloads := make([]string, n)
+	for i, p := range prepared {
+		keys[i], kinds[i], providerNames[i], names[i] = p.key, p.kind, p.provider.Name(), p.name
+		payloads[i] = string(p.payload)
+		if p.reference != "" {
+			refs[i] = &prepared[i].reference
+		}
+	}
+	var consumer, messageID *string
+	if msg != nil {
+		consumer, messageID = &msg.Consumer, &msg.ID
+	}
+	rows, err := tx.Query(ctx, insertIntentsSQL, keys, kinds, providerNames, names, payloads, refs, consumer, messageID, actor)
+	if err != nil {
+		return nil, mapInsertError(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, mapInsertError(err)
+	}
+	recorded := make([]Recorded, n)
+	jobs := make([]river.InsertManyParams, n)
+	for i, id := range ids {
+		recorded[i] = Recorded{ID: id, Key: keys[i], Kind: kinds[i], Name: names[i]}
+		jobs[i] = river.InsertManyParams{Args: intenttype.DispatchArgs{IntentID: id}}
+	}
+	if _, err := c.jobs.InsertManyTx(ctx, tx, jobs); err != nil {
+		return nil, fmt.Errorf("intents: enqueue dispatch jobs: %w", err)
+	}
+	return recorded, nil
+}
+
+func mapInsertError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "outbox_intents_idempotency_key_key" {
+		// Detail reads: Key (idempotency_key)=(the key) already exists.
+		key := pgErr.Detail
+		if i, j := strings.Index(key, "=("), strings.LastIndex(key, ") already exists"); i >= 0 && j > i {
+			key = key[i+2 : j]
+		}
+		return &DuplicateKeyError{Key: key}
+	}
+	return fmt.Errorf("intents: insert: %w", err)
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func randomKey() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "outbox-" + hex.EncodeToString(b)
+}

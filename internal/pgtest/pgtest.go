@@ -77,7 +77,13 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, dbURL)
+	poolConfig, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Room for a dispatcher's workers and a test's own queries.
+	poolConfig.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
 		t.Fatalf("pgtest: connect to %s: %v", name, err)
 	}

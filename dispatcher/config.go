@@ -1,0 +1,158 @@
+package dispatcher
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/outboxkit/outbox/providers"
+)
+
+// Defaults for Config.
+const (
+	DefaultMaxWorkers      = 50
+	DefaultMaxAttempts     = 10
+	DefaultCallTimeout     = 30 * time.Second
+	DefaultRetryBackoff    = time.Second
+	DefaultRetryBackoffMax = 10 * time.Minute
+	DefaultSweepInterval   = time.Minute
+	DefaultSweepGrace      = time.Minute
+	DefaultKeyWindowMargin = time.Hour
+)
+
+// Config configures a Dispatcher.
+type Config struct {
+	// Providers performs the intents. An intent whose provider is not
+	// registered waits (its job is snoozed) until a dispatcher that has it
+	// picks it up. Required.
+	Providers *providers.Registry
+
+	// MaxWorkers is how many intents are worked at once by this process.
+	// Defaults to DefaultMaxWorkers.
+	MaxWorkers int
+
+	// MaxAttempts bounds the attempts at one intent; an intent whose last
+	// allowed attempt asks for a retry fails. Defaults to DefaultMaxAttempts.
+	MaxAttempts int
+
+	// MaxAttemptsByKind overrides MaxAttempts for some intent kinds.
+	MaxAttemptsByKind map[string]int
+
+	// CallTimeout bounds one call to a provider. Defaults to
+	// DefaultCallTimeout. A call cut short after its request was written is
+	// a retry for a provider with a key and ambiguous for one without.
+	CallTimeout time.Duration
+
+	// RetryBackoff is the delay before the second attempt; it doubles with
+	// every attempt, with ±20% jitter, up to RetryBackoffMax. Defaults to
+	// DefaultRetryBackoff and DefaultRetryBackoffMax.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+
+	// SweepInterval is how often the leader looks for stranded intents.
+	// Defaults to DefaultSweepInterval.
+	SweepInterval time.Duration
+
+	// SweepGrace is how old an intent without a live job must be before the
+	// sweep re-enqueues it. Defaults to DefaultSweepGrace.
+	SweepGrace time.Duration
+
+	// KeyWindowMargin is subtracted from a provider's key window before
+	// trusting it, to absorb clock skew between us and the provider.
+	// Defaults to DefaultKeyWindowMargin, capped at half the window.
+	KeyWindowMargin time.Duration
+
+	// RescueStuckJobsAfter is how long a job may stay running before River
+	// assumes its worker died (a crash, kill -9) and runs it again. It must
+	// exceed the longest job: CallTimeout twice (a call and a reconcile) plus
+	// five seconds for the database. Defaults to that plus a minute.
+	RescueStuckJobsAfter time.Duration
+
+	// FetchCooldown and FetchPollInterval tune how fast River picks up new
+	// jobs; see river.Config. Zero keeps River's defaults.
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+
+	// Now is the clock used for key windows. Defaults to time.Now.
+	Now func() time.Time
+
+	// Logger receives one line per attempt outcome. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (c *Config) jobTimeout() time.Duration { return 2*c.CallTimeout + 5*time.Second }
+
+func (c *Config) withDefaults() (*Config, error) {
+	if c == nil {
+		return nil, errors.New("dispatcher: Config is required (it must name the providers)")
+	}
+	out := *c
+	if out.Providers == nil {
+		return nil, errors.New("dispatcher: Config.Providers is required")
+	}
+	durations := []struct {
+		name  string
+		value *time.Duration
+		def   time.Duration
+	}{
+		{"CallTimeout", &out.CallTimeout, DefaultCallTimeout},
+		{"RetryBackoff", &out.RetryBackoff, DefaultRetryBackoff},
+		{"RetryBackoffMax", &out.RetryBackoffMax, DefaultRetryBackoffMax},
+		{"SweepInterval", &out.SweepInterval, DefaultSweepInterval},
+		{"SweepGrace", &out.SweepGrace, DefaultSweepGrace},
+		{"KeyWindowMargin", &out.KeyWindowMargin, DefaultKeyWindowMargin},
+	}
+	for _, d := range durations {
+		if *d.value < 0 {
+			return nil, fmt.Errorf("dispatcher: Config.%s must not be negative, got %s", d.name, *d.value)
+		}
+		if *d.value == 0 {
+			*d.value = d.def
+		}
+	}
+	if out.RetryBackoffMax < out.RetryBackoff {
+		return nil, fmt.Errorf("dispatcher: Config.RetryBackoffMax (%s) is less than RetryBackoff (%s)", out.RetryBackoffMax, out.RetryBackoff)
+	}
+	if out.MaxWorkers == 0 {
+		out.MaxWorkers = DefaultMaxWorkers
+	}
+	if out.MaxWorkers < 0 || out.MaxWorkers > 10000 {
+		return nil, fmt.Errorf("dispatcher: Config.MaxWorkers must be between 1 and 10000, got %d", out.MaxWorkers)
+	}
+	if out.MaxAttempts == 0 {
+		out.MaxAttempts = DefaultMaxAttempts
+	}
+	if out.MaxAttempts < 0 || out.MaxAttempts > maxAttemptsLimit {
+		return nil, fmt.Errorf("dispatcher: Config.MaxAttempts must be between 1 and %d, got %d", maxAttemptsLimit, out.MaxAttempts)
+	}
+	for kind, n := range out.MaxAttemptsByKind {
+		if _, err := out.Providers.ForKind(kind); err != nil {
+			return nil, fmt.Errorf("dispatcher: Config.MaxAttemptsByKind: %w", err)
+		}
+		if n < 1 || n > maxAttemptsLimit {
+			return nil, fmt.Errorf("dispatcher: Config.MaxAttemptsByKind[%q] must be between 1 and %d, got %d", kind, maxAttemptsLimit, n)
+		}
+	}
+	minRescue := out.jobTimeout()
+	if out.RescueStuckJobsAfter == 0 {
+		out.RescueStuckJobsAfter = minRescue + time.Minute
+	}
+	if out.RescueStuckJobsAfter <= minRescue {
+		return nil, fmt.Errorf("dispatcher: Config.RescueStuckJobsAfter (%s) must exceed twice CallTimeout plus 5s (%s)", out.RescueStuckJobsAfter, minRescue)
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &out, nil
+}
+
+func (c *Config) maxAttemptsFor(kind string) int {
+	if n, ok := c.MaxAttemptsByKind[kind]; ok {
+		return n
+	}
+	return c.MaxAttempts
+}

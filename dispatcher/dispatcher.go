@@ -1,0 +1,107 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+)
+
+// maxAttemptsLimit keeps our bound under River's own limit for a dispatch
+// job, so River never discards a job the dispatcher would still try.
+const maxAttemptsLimit = intenttype.DispatchMaxAttempts - 10
+
+// Dispatcher runs River workers that perform intents. Create it with New,
+// then Start it; Stop waits for attempts in flight.
+type Dispatcher struct {
+	config *Config
+	pool   *pgxpool.Pool
+	river  *river.Client[pgx.Tx]
+}
+
+// New returns a Dispatcher working the intents in the database behind pool,
+// which must have been migrated (outboxd migrate). Several dispatchers, in
+// one process or many, may share a database: River hands each job to one of
+// them, and elects one leader to run the sweep.
+func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
+	if pool == nil {
+		return nil, errors.New("dispatcher: pool is required")
+	}
+	cfg, err := config.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{config: cfg, pool: pool}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &dispatchWorker{d: d}); err != nil {
+		return nil, err
+	}
+	if err := river.AddWorkerSafely(workers, &sweepWorker{d: d}); err != nil {
+		return nil, err
+	}
+	d.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:               map[string]river.QueueConfig{intenttype.DispatchQueue: {MaxWorkers: cfg.MaxWorkers}},
+		Workers:              workers,
+		JobTimeout:           cfg.jobTimeout(),
+		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
+		RetryPolicy:          &backoffPolicy{base: cfg.RetryBackoff, max: cfg.RetryBackoffMax},
+		FetchCooldown:        cfg.FetchCooldown,
+		FetchPollInterval:    cfg.FetchPollInterval,
+		Logger:               cfg.Logger,
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: river client: %w", err)
+	}
+	return d, nil
+}
+
+// Start begins working intents. It returns once River has started; work
+// goes on in the background until Stop.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	// River stops hard when its start context ends; shutdown goes through
+	// Stop instead, so it can be graceful.
+	return d.river.Start(context.WithoutCancel(ctx))
+}
+
+// Stop stops fetching new intents and waits for attempts in flight to
+// record their outcome. If ctx ends first, attempts still running are
+// cancelled (a cancelled call is classified like any other lost call) and
+// Stop returns ctx's error.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	err := d.river.Stop(ctx)
+	if err != nil && ctx.Err() != nil {
+		cancelCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.river.StopAndCancel(cancelCtx)
+		return ctx.Err()
+	}
+	return err
+}
+
+// backoffPolicy spaces attempts exponentially with ±20% jitter, so many
+// intents failing together do not retry together.
+type backoffPolicy struct{ base, max time.Duration }
+
+func (p *backoffPolicy) NextRetry(job *rivertype.JobRow) time.Time {
+	delay := p.base
+	for i := 1; i < job.Attempt && delay < p.max; i++ {
+		delay *= 2
+	}
+	delay = min(delay, p.max)
+	jittered := time.Duration(float64(delay) * (0.8 + 0.4*rand.Float64()))
+	return time.Now().Add(jittered)
+}

@@ -1,0 +1,67 @@
+package dispatcher
+
+// The dispatcher's SQL, in one place. Tables are created by
+// migrations/001_outbox.up.sql.
+
+const loadIntentSQL = `
+SELECT id, idempotency_key, kind, provider, payload, state, attempt_count, created_at
+FROM outbox_intents
+WHERE id = $1`
+
+// claimForWriteAheadSQL moves a pending intent to dispatching and opens its
+// attempt, committed before a call to a provider without a key.
+const claimForWriteAheadSQL = `
+WITH claimed AS (
+    UPDATE outbox_intents
+    SET state = 'dispatching', attempt_count = attempt_count + 1, updated_at = now()
+    WHERE id = $1 AND state = 'pending'
+    RETURNING id, attempt_count
+)
+INSERT INTO outbox_attempts (intent_id, attempt, started_at)
+SELECT id, attempt_count, $2 FROM claimed
+RETURNING attempt`
+
+const lockIntentStateSQL = `
+SELECT state, attempt_count FROM outbox_intents WHERE id = $1 FOR UPDATE`
+
+// closeOpenAttemptSQL records the outcome of a write-ahead attempt.
+const closeOpenAttemptSQL = `
+UPDATE outbox_attempts
+SET finished_at = $3, outcome = $4, http_status = $5, provider_ref = $6, replayed = $7, error = $8
+WHERE intent_id = $1 AND attempt = $2 AND outcome IS NULL`
+
+// insertFinishedAttemptSQL records an attempt at a keyed provider, which
+// had no write-ahead row.
+const insertFinishedAttemptSQL = `
+INSERT INTO outbox_attempts (intent_id, attempt, started_at, finished_at, outcome, http_status, provider_ref, replayed, error)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+
+const updateIntentOutcomeSQL = `
+UPDATE outbox_intents
+SET state = $2,
+    attempt_count = $3,
+    provider_ref = coalesce($4, provider_ref),
+    last_error = $5,
+    updated_at = now(),
+    finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN now() END
+WHERE id = $1`
+
+const insertEventSQL = `
+INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
+VALUES ($1, 'dispatcher', $2, $3, $4)`
+
+// strandedIntentsSQL finds unfinished intents with no live dispatch job.
+// River's GIN index on river_job.args serves the containment test.
+const strandedIntentsSQL = `
+SELECT i.id
+FROM outbox_intents i
+WHERE i.state IN ('pending', 'dispatching')
+  AND i.created_at < now() - ($1::bigint * interval '1 microsecond')
+  AND NOT EXISTS (
+      SELECT 1 FROM river_job j
+      WHERE j.kind = 'outbox_dispatch'
+        AND j.args @> jsonb_build_object('intent_id', i.id)
+        AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+  )
+ORDER BY i.id
+LIMIT $2`

@@ -1,0 +1,65 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+)
+
+const sweepBatch = 500
+
+type sweepArgs struct{}
+
+func (sweepArgs) Kind() string { return "outbox_sweep" }
+
+func (sweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: intenttype.DispatchQueue, MaxAttempts: 1}
+}
+
+type sweepWorker struct {
+	river.WorkerDefaults[sweepArgs]
+	d *Dispatcher
+}
+
+func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error {
+	_, err := w.d.Sweep(ctx)
+	return err
+}
+
+// Sweep re-enqueues every pending or dispatching intent older than
+// Config.SweepGrace that has no live dispatch job (one lost to an operator's
+// job deletion, a discarded job, or a bug), in batches, and returns how many
+// it re-enqueued. The leader runs it every Config.SweepInterval; calling it
+// directly is safe, since dispatch jobs are unique per intent.
+func (d *Dispatcher) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		rows, err := d.pool.Query(ctx, strandedIntentsSQL, d.config.SweepGrace.Microseconds(), sweepBatch)
+		if err != nil {
+			return total, fmt.Errorf("dispatcher: sweep: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return total, fmt.Errorf("dispatcher: sweep: %w", err)
+		}
+		if len(ids) == 0 {
+			return total, nil
+		}
+		params := make([]river.InsertManyParams, len(ids))
+		for i, id := range ids {
+			params[i] = river.InsertManyParams{Args: intenttype.DispatchArgs{IntentID: id}}
+		}
+		if _, err := d.river.InsertMany(ctx, params); err != nil {
+			return total, fmt.Errorf("dispatcher: sweep: enqueue: %w", err)
+		}
+		total += len(ids)
+		d.config.Logger.WarnContext(ctx, "re-enqueued stranded intents", "count", len(ids), "first_intent_id", ids[0])
+		if len(ids) < sweepBatch {
+			return total, nil
+		}
+	}
+}

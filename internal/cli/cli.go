@@ -1,0 +1,162 @@
+// Package cli implements the outboxd command. main only calls Main, so every
+// command can be run and tested in-process.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// Env is what a command may touch of its process.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+// OSEnv is the real process environment.
+func OSEnv() Env {
+	return Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, env Env) error
+}
+
+func commands() []command {
+	return []command{
+		{"migrate", "create or upgrade the database schema (River's and the outbox's)", runMigrate},
+		{"run", "run the dispatcher daemon that performs recorded intents", runDispatcher},
+		{"record", "record messages and their intents from JSON lines (file or stdin)", runRecord},
+		{"demo", "run the whole pipeline end to end against local provider doubles", runDemo},
+	}
+}
+
+const overview = `outboxd: a transactional outbox that performs external side effects
+(payments, emails) exactly once, from messages delivered at least once.
+
+Usage:
+  outboxd <command> [flags]
+
+Commands:
+%s
+Run 'outboxd <command> --help' for a command's flags.
+
+Quick start:
+  outboxd demo                 # everything end to end, in a scratch database
+  outboxd migrate              # then, on your database:
+  STRIPE_API_KEY=... SENDGRID_API_KEY=... outboxd run
+
+The database is taken from --database-url or DATABASE_URL.
+`
+
+func usage(w io.Writer) {
+	var b strings.Builder
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, overview, b.String())
+}
+
+// errUsage marks an error whose message already says what to fix; Main
+// prints it without a stack of context.
+var errUsage = errors.New("usage error")
+
+// Main runs outboxd with args (without the program name) and returns the
+// process exit code: 0 on success, 1 when the command failed, 2 for bad
+// usage.
+func Main(ctx context.Context, args []string, env Env) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(env.Stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], env)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(env.Stderr, "outboxd %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(env.Stderr, "outboxd %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(env.Stderr, "outboxd: unknown command %q\n\n", args[0])
+	usage(env.Stderr)
+	return 2
+}
+
+// newFlagSet returns a flag set whose usage names the command and explains
+// it, and whose errors are returned rather than exiting.
+func newFlagSet(name, synopsis, description string, env Env) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: outboxd %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(description))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags and refuses positional arguments.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q: this command takes only flags (see --help)", errUsage, fs.Arg(0))
+	}
+	return nil
+}
+
+func usageErrorf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+// logFlags are the logging flags every long-running command takes.
+type logFlags struct {
+	format string
+	level  string
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
+	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, usageErrorf("--log-level %q: want debug, info, warn or error", l.level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch l.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageErrorf("--log-format %q: want text or json", l.format)
+}

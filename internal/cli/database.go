@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultDatabaseURL is used when neither --database-url nor DATABASE_URL
+// is set: the local server, as on a developer's machine.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+func registerDatabaseFlag(fs *flag.FlagSet, env Env, target *string) {
+	def := env.Getenv("DATABASE_URL")
+	if def == "" {
+		def = DefaultDatabaseURL
+	}
+	fs.StringVar(target, "database-url", def, "PostgreSQL URL (env DATABASE_URL)")
+}
+
+// openPool connects to the database and checks it answers, so a wrong URL
+// fails at start with a clear message. The password is never printed.
+func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usageErrorf("--database-url is not a valid PostgreSQL URL: %v", redactURLError(err))
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database %s on %s:%d: %w", cfg.ConnConfig.Database, cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// redactURLError drops pgx's echo of the URL, which may hold a password.
+func redactURLError(err error) string {
+	msg := err.Error()
+	if i := len("cannot parse `"); len(msg) > i && msg[:i] == "cannot parse `" {
+		for j := i; j < len(msg); j++ {
+			if msg[j] == '`' {
+				return "cannot parse the URL" + msg[j+1:]
+			}
+		}
+	}
+	return msg
+}

@@ -15,18 +15,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/outboxkit/outbox/internal/pgadmin"
 	"github.com/outboxkit/outbox/migrations"
 )
 
@@ -46,12 +44,7 @@ func ServerURL() string {
 
 // WithDatabase returns serverURL with its database name replaced by name.
 func WithDatabase(serverURL, name string) (string, error) {
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return "", fmt.Errorf("pgtest: parse database URL: %w", err)
-	}
-	u.Path = "/" + name
-	return u.String(), nil
+	return pgadmin.WithDatabase(serverURL, name)
 }
 
 var (
@@ -96,45 +89,15 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	return pool, dbURL
 }
 
-// CreateDatabase creates database name, cloned from template when template
-// is not empty.
+// CreateDatabase creates database name on the test server, cloned from
+// template when template is not empty.
 func CreateDatabase(ctx context.Context, name, template string) error {
-	conn, err := pgx.Connect(ctx, ServerURL())
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", ServerURL(), err)
-	}
-	defer conn.Close(ctx)
-	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
-	if template != "" {
-		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
-	}
-	// Cloning fails while another session briefly holds the template (an
-	// autovacuum launcher, a concurrent clone on older servers): retry.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err = conn.Exec(ctx, sql)
-		if err == nil || !strings.Contains(err.Error(), "is being accessed by other users") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		return fmt.Errorf("create database %s: %w", name, err)
-	}
-	return nil
+	return pgadmin.CreateDatabase(ctx, ServerURL(), name, template)
 }
 
-// DropDatabase drops database name, disconnecting anyone still using it.
+// DropDatabase drops database name on the test server.
 func DropDatabase(ctx context.Context, name string) error {
-	conn, err := pgx.Connect(ctx, ServerURL())
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", ServerURL(), err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("drop database %s: %w", name, err)
-	}
-	return nil
+	return pgadmin.DropDatabase(ctx, ServerURL(), name)
 }
 
 // ensureTemplate builds the template database for the current schema once

@@ -1,0 +1,279 @@
+// Package demo runs the whole pipeline end to end in a scratch database: a
+// simulated at-least-once broker delivers order messages (with sequential
+// and concurrent duplicates, and consumers that crash after commit but
+// before acknowledging), consumers record a payment and a receipt email per
+// order, and the dispatcher performs them against the Stripe and SendGrid
+// doubles with faults switched on. The report is built from the doubles' own
+// records, and says whether any effect happened twice or any intent was lost.
+package demo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/dispatcher"
+	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/internal/pgadmin"
+	"github.com/outboxkit/outbox/migrations"
+	"github.com/outboxkit/outbox/providers"
+	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
+	"github.com/outboxkit/outbox/providers/stripeprovider"
+	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
+)
+
+// Defaults for Config.
+const (
+	DefaultOrders    = 200
+	DefaultConsumers = 8
+	DefaultTimeout   = 3 * time.Minute
+)
+
+// Config configures a demo run.
+type Config struct {
+	// ServerURL is the PostgreSQL server; a fresh database is created on it
+	// and dropped afterwards. Required.
+	ServerURL string
+	// Orders is how many distinct order messages the broker delivers.
+	// Defaults to DefaultOrders.
+	Orders int
+	// Consumers is how many consumers take deliveries concurrently.
+	// Defaults to DefaultConsumers.
+	Consumers int
+	// Seed makes the run's duplicates, crashes and faults repeatable.
+	Seed uint64
+	// Faults switches the doubles' fault injection on. The CLI sets it.
+	Faults bool
+	// KeepDatabase leaves the scratch database behind for inspection.
+	KeepDatabase bool
+	// Timeout bounds the whole run. Defaults to DefaultTimeout.
+	Timeout time.Duration
+	// Progress receives a progress line about twice a second; nil for none.
+	Progress io.Writer
+	// Logger receives the dispatcher's logs. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Report is what a run found. Counts of effects come from the doubles.
+type Report struct {
+	Database            string         `json:"database"`
+	DatabaseKept        bool           `json:"database_kept"`
+	Orders              int            `json:"orders"`
+	MessagesDelivered   int            `json:"messages_delivered"`
+	DuplicatesDelivered int            `json:"duplicates_delivered"`
+	DuplicatesAbsorbed  int            `json:"duplicates_absorbed"`
+	ConsumerCrashes     int            `json:"consumer_crashes_after_commit"`
+	IntentsRecorded     int            `json:"intents_recorded"`
+	PaymentsAtStripe    int            `json:"payments_at_stripe_double"`
+	EmailsAtSendGrid    int            `json:"emails_at_sendgrid_double"`
+	ProviderReplays     int            `json:"provider_replays"`
+	Reconciled          int            `json:"reconciled"`
+	Succeeded           int            `json:"succeeded"`
+	InDoubt             int            `json:"in_doubt"`
+	Failed              int            `json:"failed"`
+	DeclinedCards       int            `json:"declined_cards"`
+	Lost                int            `json:"lost"`
+	DuplicateEffects    int            `json:"duplicate_effects"`
+	FaultsInjected      map[string]int `json:"faults_injected"`
+	Seconds             float64        `json:"seconds"`
+	Problems            []string       `json:"problems,omitempty"`
+}
+
+// OK reports whether every effect happened at most once and no intent was
+// lost. In-doubt intents are not failures: they are the honest answer to an
+// ambiguous attempt at a provider that cannot be asked.
+func (r *Report) OK() bool { return len(r.Problems) == 0 }
+
+// ErrEffectsWrong is returned (wrapped) by Run when the report found a
+// duplicate effect or a lost intent.
+var ErrEffectsWrong = errors.New("exactly-once violated")
+
+// Run runs the demo and returns its report. The error wraps ErrEffectsWrong
+// when the report has problems; any other error means the run itself failed.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.ServerURL == "" {
+		return nil, errors.New("demo: ServerURL is required")
+	}
+	if cfg.Orders == 0 {
+		cfg.Orders = DefaultOrders
+	}
+	if cfg.Orders < 1 || cfg.Orders > 100000 {
+		return nil, fmt.Errorf("demo: orders must be between 1 and 100000, got %d", cfg.Orders)
+	}
+	if cfg.Consumers == 0 {
+		cfg.Consumers = DefaultConsumers
+	}
+	if cfg.Consumers < 1 || cfg.Consumers > 256 {
+		return nil, fmt.Errorf("demo: consumers must be between 1 and 256, got %d", cfg.Consumers)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	started := time.Now()
+
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	dbName := fmt.Sprintf("outboxd_demo_%s_%s", time.Now().UTC().Format("20060102_150405"), hex.EncodeToString(suffix))
+	report := &Report{Database: dbName, Orders: cfg.Orders, DatabaseKept: cfg.KeepDatabase}
+	fmt.Fprintf(cfg.Progress, "creating scratch database %s\n", dbName)
+	if err := pgadmin.CreateDatabase(ctx, cfg.ServerURL, dbName, ""); err != nil {
+		return nil, err
+	}
+	if !cfg.KeepDatabase {
+		defer func() {
+			if err := pgadmin.DropDatabase(context.WithoutCancel(ctx), cfg.ServerURL, dbName); err != nil {
+				fmt.Fprintf(cfg.Progress, "could not drop %s: %v\n", dbName, err)
+			}
+		}()
+	}
+	dbURL, err := pgadmin.WithDatabase(cfg.ServerURL, dbName)
+	if err != nil {
+		return nil, err
+	}
+	poolCfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	poolCfg.MaxConns = int32(cfg.Consumers + 30)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	if _, err := migrations.New(pool, cfg.Logger).Up(ctx); err != nil {
+		return nil, fmt.Errorf("demo: migrate: %w", err)
+	}
+	if _, err := pool.Exec(ctx, createOrdersSQL); err != nil {
+		return nil, err
+	}
+
+	env, err := startDoubles(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	fmt.Fprintf(cfg.Progress, "Stripe double at %s, SendGrid double at %s (faults %s)\n", env.stripe.URL(), env.sendgrid.URL(), onOff(cfg.Faults))
+
+	recorder, err := intents.NewClient(pool, &intents.Config{Providers: env.registry, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	d, err := dispatcher.New(pool, &dispatcher.Config{
+		Providers:         env.registry,
+		MaxWorkers:        20,
+		CallTimeout:       5 * time.Second,
+		RetryBackoff:      50 * time.Millisecond,
+		RetryBackoffMax:   time.Second,
+		FetchCooldown:     10 * time.Millisecond,
+		FetchPollInterval: 100 * time.Millisecond,
+		SweepInterval:     5 * time.Second,
+		Logger:            cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Start(ctx); err != nil {
+		return nil, err
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		_ = d.Stop(stopCtx)
+	}
+	defer stop()
+
+	b := newBroker(cfg.Orders, cfg.Seed)
+	fmt.Fprintf(cfg.Progress, "delivering %d orders through an at-least-once broker to %d consumers\n", cfg.Orders, cfg.Consumers)
+	b.run(ctx, cfg.Consumers, recorder, cfg.Seed)
+	if err := waitDone(ctx, pool, b, cfg.Progress); err != nil {
+		return nil, err
+	}
+	stop()
+	b.stats(report)
+	if err := env.fill(ctx, pool, report); err != nil {
+		return nil, err
+	}
+	report.Seconds = time.Since(started).Seconds()
+	if !report.OK() {
+		return report, fmt.Errorf("%w: %v", ErrEffectsWrong, report.Problems)
+	}
+	return report, nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// environment is the two doubles and the adapters pointed at them.
+type environment struct {
+	stripe   *stripedouble.Server
+	sendgrid *sendgriddouble.Server
+	registry *providers.Registry
+}
+
+func startDoubles(cfg Config) (*environment, error) {
+	stripeFaults, sendgridFaults := fault.New(cfg.Seed+1), fault.New(cfg.Seed+2)
+	if cfg.Faults {
+		if err := stripeFaults.SetRates(fault.Rates{LoseResponse: 0.06, ErrorAfter: 0.04, RateLimit: 0.05, RetryAfter: time.Second}); err != nil {
+			return nil, err
+		}
+		if err := sendgridFaults.SetRates(fault.Rates{LoseResponse: 0.03, ErrorAfter: 0.02, RateLimit: 0.05, RetryAfter: time.Second}); err != nil {
+			return nil, err
+		}
+	}
+	sd, err := stripedouble.NewServer(stripedouble.Config{Faults: stripeFaults})
+	if err != nil {
+		return nil, err
+	}
+	gd, err := sendgriddouble.NewServer(sendgriddouble.Config{Faults: sendgridFaults})
+	if err != nil {
+		sd.Close()
+		return nil, err
+	}
+	env := &environment{stripe: sd, sendgrid: gd}
+	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: sd.URL()})
+	if err != nil {
+		env.close()
+		return nil, err
+	}
+	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: gd.URL()})
+	if err != nil {
+		env.close()
+		return nil, err
+	}
+	if env.registry, err = providers.NewRegistry(sp, gp); err != nil {
+		env.close()
+		return nil, err
+	}
+	return env, nil
+}
+
+func (e *environment) close() {
+	e.stripe.Close()
+	e.sendgrid.Close()
+}

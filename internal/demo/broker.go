@@ -43,11 +43,10 @@ type broker struct {
 	outstanding sync.WaitGroup
 	done        chan struct{}
 
-	delivered           atomic.Int64
-	duplicatesDelivered atomic.Int64
-	absorbed            atomic.Int64
-	crashes             atomic.Int64
-	acked               atomic.Int64
+	delivered atomic.Int64
+	absorbed  atomic.Int64
+	crashes   atomic.Int64
+	acked     atomic.Int64
 }
 
 func newBroker(n int, seed uint64) *broker {

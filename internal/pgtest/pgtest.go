@@ -53,6 +53,16 @@ var (
 	templateErr  error
 )
 
+// Template returns the name of the migrated template database, building it
+// on first use. It panics if it cannot: callers are tests and examples.
+func Template() string {
+	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(context.Background()) })
+	if templateErr != nil {
+		panic("pgtest: build template database: " + templateErr.Error())
+	}
+	return templateName
+}
+
 // NewDB creates a fresh database with the current schema and returns a pool
 // connected to it and its URL. Both are cleaned up when t ends.
 func NewDB(t testing.TB) (*pgxpool.Pool, string) {

@@ -157,12 +157,14 @@ func readBody(r *http.Request) (body []byte, tooLarge bool, err error) {
 	}
 	mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mediaType != "application/json" {
+		//lint:ignore ST1005 SendGrid's own message, sent verbatim to the client
 		return nil, false, errors.New("Content-Type should be application/json.")
 	}
 	var src io.Reader = r.Body
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
 		zr, err := gzip.NewReader(io.LimitReader(r.Body, MaxBodyBytes))
 		if err != nil {
+			//lint:ignore ST1005 SendGrid's own message, sent verbatim to the client
 			return nil, false, errors.New("Bad Request")
 		}
 		defer zr.Close()
@@ -170,6 +172,7 @@ func readBody(r *http.Request) (body []byte, tooLarge bool, err error) {
 	}
 	body, err = io.ReadAll(io.LimitReader(src, MaxBodyBytes))
 	if err != nil {
+		//lint:ignore ST1005 SendGrid's own message, sent verbatim to the client
 		return nil, false, errors.New("Bad Request")
 	}
 	if len(body) >= MaxBodyBytes {

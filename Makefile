@@ -1,0 +1,54 @@
+# outboxd: run `make` for the list of targets.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+GO            ?= go
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+TOOLS         := $(CURDIR)/.tools
+DATABASE_URL  ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+export DATABASE_URL
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+.PHONY: demo
+demo: db-check ## run the whole pipeline end to end against local provider doubles
+	$(GO) run ./cmd/outboxd demo
+
+.PHONY: test
+test: lint db-check ## vet, staticcheck, gofmt, then every test with the race detector
+	$(GO) test -race -count=1 -timeout 12m ./...
+
+.PHONY: test/race
+test/race: test ## alias of test: the suite always runs with -race
+
+.PHONY: test/short
+test/short: db-check ## every test, without the race detector (faster)
+	$(GO) test -count=1 -timeout 10m ./...
+
+.PHONY: lint
+lint: $(TOOLS)/staticcheck ## gofmt check, go vet and staticcheck
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(TOOLS)/staticcheck ./...
+
+$(TOOLS)/staticcheck:
+	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)
+
+.PHONY: build
+build: ## build bin/outboxd
+	$(GO) build -o bin/outboxd ./cmd/outboxd
+
+.PHONY: migrate
+migrate: db-check ## migrate the database at DATABASE_URL
+	$(GO) run ./cmd/outboxd migrate
+
+.PHONY: db-check
+db-check: ## check that PostgreSQL answers at DATABASE_URL
+	@command -v pg_isready >/dev/null || exit 0; \
+	for i in $$(seq 1 30); do \
+	  pg_isready -q -d "$(DATABASE_URL)" && exit 0; sleep 1; \
+	done; \
+	echo "PostgreSQL does not answer at DATABASE_URL ($(DATABASE_URL)); start it, or set DATABASE_URL"; exit 1

@@ -27,6 +27,10 @@ test/race: test ## alias of test: the suite always runs with -race
 test/short: db-check ## every test, without the race detector (faster)
 	$(GO) test -count=1 -timeout 10m ./...
 
+.PHONY: bench
+bench: db-check ## benchmarks, each against a hand-written SQL baseline measured in the same run
+	$(GO) test -run '^$$' -bench . -benchtime 2000x ./intents
+
 .PHONY: lint
 lint: $(TOOLS)/staticcheck ## gofmt check, go vet and staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

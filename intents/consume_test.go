@@ -37,7 +37,7 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{pool: pool, client: client}
 }
 
-func testRegistry(t *testing.T) *providers.Registry {
+func testRegistry(t testing.TB) *providers.Registry {
 	t.Helper()
 	sp, err := stripeprovider.New(stripeprovider.Config{})
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxkit/outbox/internal/effects"
 	"github.com/outboxkit/outbox/providers/fault"
 )
 
@@ -155,6 +156,8 @@ type Server struct {
 	closeOnce  sync.Once
 	closeErr   error
 
+	effects effects.Tally
+
 	mu           sync.Mutex
 	emails       []Email
 	requests     int
@@ -262,38 +265,11 @@ func (s *Server) Emails() []Email {
 
 // EffectsFor counts the accepted emails whose custom_args["intent_id"] is
 // intentID in decimal.
-func (s *Server) EffectsFor(intentID int64) int {
-	want := strconv.FormatInt(intentID, 10)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, e := range s.emails {
-		if e.CustomArgs["intent_id"] == want {
-			n++
-		}
-	}
-	return n
-}
+func (s *Server) EffectsFor(intentID int64) int { return s.effects.For(intentID) }
 
 // DuplicateEffects counts the intent ids (custom_args["intent_id"]) with more
 // than one accepted email. An exactly-once run ends with zero.
-func (s *Server) DuplicateEffects() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	counts := map[string]int{}
-	for _, e := range s.emails {
-		if id, ok := e.CustomArgs["intent_id"]; ok {
-			counts[id]++
-		}
-	}
-	dups := 0
-	for _, n := range counts {
-		if n > 1 {
-			dups++
-		}
-	}
-	return dups
-}
+func (s *Server) DuplicateEffects() int { return s.effects.Duplicates() }
 
 // Stats returns a snapshot of the double's counters.
 func (s *Server) Stats() Stats {
@@ -324,6 +300,7 @@ func (s *Server) WaitForEmails(ctx context.Context, n int) error {
 func (s *Server) record(e Email) {
 	s.mu.Lock()
 	s.emails = append(s.emails, e)
+	s.effects.Add(e.CustomArgs["intent_id"])
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()

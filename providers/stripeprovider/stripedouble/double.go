@@ -40,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxkit/outbox/internal/effects"
 	"github.com/outboxkit/outbox/providers/fault"
 )
 
@@ -153,6 +154,8 @@ type Server struct {
 	ln      net.Listener
 	httpSrv *http.Server
 	served  chan struct{}
+
+	effects effects.Tally
 
 	mu            sync.Mutex
 	pis           []*PaymentIntent
@@ -295,52 +298,16 @@ func (s *Server) PaymentIntents() []PaymentIntent {
 
 // EffectsFor counts the PaymentIntents (charge attempts, declined ones
 // included) whose metadata["intent_id"] is intentID.
-func (s *Server) EffectsFor(intentID int64) int {
-	id := strconv.FormatInt(intentID, 10)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, pi := range s.pis {
-		if pi.Metadata["intent_id"] == id {
-			n++
-		}
-	}
-	return n
-}
+func (s *Server) EffectsFor(intentID int64) int { return s.effects.For(intentID) }
 
 // DuplicateEffects counts the intent ids that have more than one
 // PaymentIntent: for an exactly-once test, it must be 0.
-func (s *Server) DuplicateEffects() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return duplicates(s.effectsByIntentLocked())
-}
-
-func duplicates(byIntent map[string]int) int {
-	n := 0
-	for _, c := range byIntent {
-		if c > 1 {
-			n++
-		}
-	}
-	return n
-}
-
-func (s *Server) effectsByIntentLocked() map[string]int {
-	m := map[string]int{}
-	for _, pi := range s.pis {
-		if id, ok := pi.Metadata["intent_id"]; ok {
-			m[id]++
-		}
-	}
-	return m
-}
+func (s *Server) DuplicateEffects() int { return s.effects.Duplicates() }
 
 // Stats returns a snapshot of the double's counters.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	byIntent := s.effectsByIntentLocked()
 	faults := make(map[fault.Kind]int, len(s.faultsApplied))
 	for k, v := range s.faultsApplied {
 		faults[k] = v
@@ -350,8 +317,8 @@ func (s *Server) Stats() Stats {
 		Replays:          s.replays,
 		Requests:         s.requests,
 		Faults:           faults,
-		DuplicateEffects: duplicates(byIntent),
-		EffectsByIntent:  byIntent,
+		DuplicateEffects: s.effects.Duplicates(),
+		EffectsByIntent:  s.effects.Snapshot(),
 	}
 }
 
@@ -798,6 +765,7 @@ func (s *Server) create(p createParams, key, reqID string) savedResponse {
 		}
 	}
 	s.pis = append(s.pis, pi)
+	s.effects.Add(pi.Metadata["intent_id"])
 	s.byID[pi.ID] = pi
 	wire := pi.wire()
 	s.mu.Unlock()

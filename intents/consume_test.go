@@ -8,8 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/intents"
@@ -437,5 +439,33 @@ func TestNewClientValidatesConfig(t *testing.T) {
 	}
 	if _, err := intents.NewClient(pool, &intents.Config{Providers: testRegistry(t), MaxPayloadBytes: -1}); err == nil || !strings.Contains(err.Error(), "MaxPayloadBytes") {
 		t.Errorf("negative MaxPayloadBytes: %v", err)
+	}
+}
+
+func TestTransientRetriesAreBounded(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	client, err := intents.NewClient(pool, &intents.Config{Providers: testRegistry(t), MaxTxAttempts: 3, TxRetryDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	serializationFailure := &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
+	_, err = client.Consume(context.Background(), intents.Message{Consumer: "orders", ID: "m"}, func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
+		runs++
+		return serializationFailure
+	})
+	if !errors.Is(err, serializationFailure) {
+		t.Fatalf("Consume = %v, want the serialization failure after retries", err)
+	}
+	if runs != 3 {
+		t.Fatalf("handler ran %d times, want MaxTxAttempts = 3", runs)
+	}
+	var markers int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_processed_messages`).Scan(&markers); err != nil {
+		t.Fatal(err)
+	}
+	if markers != 0 {
+		t.Fatalf("%d markers left by a failed message", markers)
 	}
 }

@@ -278,6 +278,7 @@ func TestBadIntentsAreRefusedWithNothingWritten(t *testing.T) {
 		{"missing payload", []intents.Intent{{Kind: sendgridprovider.KindEmail}}, intents.ErrInvalidIntent, "payload is required"},
 		{"unnamed siblings", []intents.Intent{{Kind: sendgridprovider.KindEmail, Payload: receipt("a@example.com")}, {Kind: sendgridprovider.KindEmail, Payload: receipt("b@example.com")}}, intents.ErrInvalidIntent, "must name each one"},
 		{"same name twice", []intents.Intent{{Kind: sendgridprovider.KindEmail, Name: "x", Payload: receipt("a@example.com")}, {Kind: sendgridprovider.KindEmail, Name: "x", Payload: receipt("b@example.com")}}, intents.ErrInvalidIntent, "used by another intent"},
+		{"key in a consumer", []intents.Intent{{Kind: sendgridprovider.KindEmail, Key: "mine", Payload: receipt("a@example.com")}}, intents.ErrInvalidIntent, "derived from the message"},
 		{"bad name", []intents.Intent{{Kind: sendgridprovider.KindEmail, Name: "has space", Payload: receipt("a@example.com")}}, intents.ErrInvalidIntent, "name"},
 	}
 	for i, tc := range cases {

@@ -46,9 +46,9 @@ type Intent struct {
 	// Reference is an optional business reference (an order id) an operator
 	// can search by.
 	Reference string
-	// Key overrides the derived idempotency key. Only RecordTx honours it;
-	// when empty there, a random key is generated. Consume always derives
-	// the key from the message.
+	// Key is the idempotency key for RecordTx; when empty there, a random
+	// key is generated. Consume derives keys from the message and refuses an
+	// intent with Key set.
 	Key string
 }
 
@@ -73,6 +73,10 @@ type Recorder struct {
 // handler ignores the error, so nothing is ever half-recorded.
 func (r *Recorder) Record(in Intent) error {
 	if r.err != nil {
+		return r.err
+	}
+	if in.Key != "" {
+		r.err = &IntentError{Index: len(r.pending), Kind: in.Kind, Name: in.Name, Err: errors.New("an explicit Key cannot be set in a consumer: keys are derived from the message (use Name to tell intents apart)")}
 		return r.err
 	}
 	p, err := r.client.prepare(len(r.pending), in)

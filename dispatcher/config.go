@@ -81,6 +81,14 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Validate reports the first problem with the configuration, as New would,
+// without touching a database, so a command can refuse bad settings before
+// connecting.
+func (c *Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 func (c *Config) jobTimeout() time.Duration { return 2*c.CallTimeout + 5*time.Second }
 
 func (c *Config) withDefaults() (*Config, error) {

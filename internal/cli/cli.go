@@ -75,11 +75,12 @@ var errUsage = errors.New("usage error")
 // process exit code: 0 on success, 1 when the command failed, 2 for bad
 // usage.
 func Main(ctx context.Context, args []string, env Env) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		usage(env.Stderr)
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(env.Stdout)
-		if len(args) == 0 {
-			return 2
-		}
 		return 0
 	}
 	for _, c := range commands() {

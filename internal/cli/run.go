@@ -67,17 +67,7 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	pool, err := openPool(ctx, dbURL, int32(*workers+10))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := migrations.New(pool, logger).Check(ctx); err != nil {
-		return err
-	}
-	d, err := dispatcher.New(pool, &dispatcher.Config{
+	cfg := &dispatcher.Config{
 		Providers:            registry,
 		MaxWorkers:           *workers,
 		MaxAttempts:          *maxAttempts,
@@ -88,9 +78,24 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 		RescueStuckJobsAfter: *rescueAfter,
 		FetchCooldown:        *fetchCooldown,
 		Logger:               logger,
-	})
-	if err != nil {
+	}
+	if err := cfg.Validate(); err != nil {
 		return usageErrorf("%v", err)
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	pool, err := openPool(ctx, dbURL, int32(*workers+10))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrations.New(pool, logger).Check(ctx); err != nil {
+		return err
+	}
+	d, err := dispatcher.New(pool, cfg)
+	if err != nil {
+		return err
 	}
 	if err := d.Start(ctx); err != nil {
 		return err

@@ -1,0 +1,254 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/internal/pgtest"
+)
+
+const (
+	paymentPayload = `{"amount": 500, "currency": "usd", "customer": "cus_1", "payment_method": "pm_card_visa", "confirm": true}`
+	emailPayload   = `{"from": {"email": "shop@example.com"}, "to": [{"email": "buyer@example.com"}], "subject": "Receipt", "text": "Thanks"}`
+)
+
+// line builds one input line for `outboxd record`.
+func line(messageID, consumer string, intents ...string) string {
+	return fmt.Sprintf(`{"message_id": %q, "consumer": %q, "intents": [%s]}`, messageID, consumer, strings.Join(intents, ", "))
+}
+
+func intent(kind, name, payload string) string {
+	if name == "" {
+		return fmt.Sprintf(`{"kind": %q, "payload": %s}`, kind, payload)
+	}
+	return fmt.Sprintf(`{"kind": %q, "name": %q, "payload": %s}`, kind, name, payload)
+}
+
+type dbCounts struct {
+	markers []string // consumer/message_id
+	intents []string // message_id/name
+	jobs    int
+}
+
+func countRows(t *testing.T, pool *pgxpool.Pool) dbCounts {
+	t.Helper()
+	ctx := context.Background()
+	collect := func(sql string) []string {
+		rows, err := pool.Query(ctx, sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	var c dbCounts
+	c.markers = collect(`SELECT consumer || '/' || message_id FROM outbox_processed_messages ORDER BY 1`)
+	c.intents = collect(`SELECT coalesce(message_id, '') || '/' || name FROM outbox_intents ORDER BY 1`)
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'outbox_dispatch'`).Scan(&c.jobs); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := pgtest.NewDB(t)
+	env := map[string]string{"DATABASE_URL": dbURL, "STRIPE_API_KEY": secretStripeKey}
+
+	const (
+		stripeKind   = "stripe.payment_intent"
+		sendgridKind = "sendgrid.email"
+	)
+	good1 := `{"message_id": "order-1", "consumer": "billing", "intents": [{"kind": "stripe.payment_intent", "payload": ` + paymentPayload + `, "reference": "order-1"}]}`
+	input := []struct {
+		line string
+		bad  string // what the line's error must say; "" for a good line
+	}{
+		/* 1 */ {good1, ""},
+		/* 2 */ {line("order-2", "billing", intent(stripeKind, "payment", paymentPayload), intent(sendgridKind, "receipt", emailPayload)), ""},
+		/* 3 */ {good1, ""}, // a duplicate
+		/* 4 */ {`{"message_id": "order-4", "consumer": "billing", "intents": [`, "not a message object"},
+		/* 5 */ {`{"message_id": "order-5", "consumer": "billing", "priority": 1, "intents": [` + intent(stripeKind, "", paymentPayload) + `]}`, `unknown field "priority"`},
+		/* 6 */ {`{"consumer": "billing", "intents": [` + intent(stripeKind, "", paymentPayload) + `]}`, "message id is empty"},
+		/* 7 */ {line("order-7", "billing", intent("fax.send", "", `{"to": "+15555550100"}`)), `"fax.send"`},
+		/* 8 */ {line("order-8", "billing", intent(stripeKind, "", `{"amount": -5, "currency": "usd"}`)), `"amount"`},
+		/* 9 */ {line("order-9", "billing"), `"intents" is missing or empty`},
+		/* 10 */ {line("order-10", "billing", `{"kind": "sendgrid.email", "name": "receipt"}`), `"payload" is missing`},
+		/* 11 */ {line("order-11", "billing", intent(stripeKind, "payment", paymentPayload), intent(sendgridKind, "receipt", `{"from": {"email": "shop@example.com"}, "to": [], "subject": "s", "text": "t"}`)), `"to"`},
+		/* 12 */ {"", ""}, // blank lines are skipped
+		/* 13 */ {`{"message_id": "order-13", "consumer": "billing", "intents": []} {"x": 1}`, "more than one JSON value"},
+		/* 14 */ {line("order-14", "shipping", intent(sendgridKind, "", emailPayload)), ""},
+		/* 15 */ {line("order-1", "shipping", intent(sendgridKind, "", emailPayload)), ""}, // same message, another consumer
+	}
+	var in strings.Builder
+	for _, l := range input {
+		in.WriteString(l.line + "\n")
+	}
+	r := outboxd(t, invocation{env: env, stdin: in.String(), args: []string{"record"}})
+	if r.code != 1 {
+		t.Fatalf("record with bad lines: %s; want exit 1", r)
+	}
+
+	reported := map[int]string{}
+	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		var n int
+		if _, err := fmt.Sscanf(l, "line %d:", &n); err == nil {
+			reported[n] = l
+		}
+	}
+	for i, l := range input {
+		n := i + 1
+		switch {
+		case l.bad != "":
+			if got, ok := reported[n]; !ok {
+				t.Errorf("line %d (%s) not reported; stderr:\n%s", n, l.line, r.stderr)
+			} else if !strings.Contains(got, l.bad) {
+				t.Errorf("line %d reported as %q; want it to say %s", n, got, l.bad)
+			}
+		default:
+			if got, ok := reported[n]; ok {
+				t.Errorf("good line %d reported: %s", n, got)
+			}
+		}
+	}
+	wantContains(t, "stdout", r.stdout, "15 lines: 4 messages recorded with 5 intents, 1 duplicates absorbed, 9 bad lines")
+	wantContains(t, "stderr", r.stderr, "9 bad lines", "nothing of them was written")
+
+	got := countRows(t, pool)
+	wantMarkers := []string{"billing/order-1", "billing/order-2", "shipping/order-1", "shipping/order-14"}
+	wantIntents := []string{"order-1/", "order-1/", "order-14/", "order-2/payment", "order-2/receipt"}
+	if fmt.Sprint(got.markers) != fmt.Sprint(wantMarkers) {
+		t.Errorf("processed markers = %v, want %v", got.markers, wantMarkers)
+	}
+	if fmt.Sprint(got.intents) != fmt.Sprint(wantIntents) {
+		t.Errorf("intents = %v, want %v", got.intents, wantIntents)
+	}
+	if got.jobs != len(wantIntents) {
+		t.Errorf("%d dispatch jobs, want one per intent (%d)", got.jobs, len(wantIntents))
+	}
+	var ref string
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(reference, '') FROM outbox_intents WHERE consumer = 'billing' AND message_id = 'order-1'`).Scan(&ref); err != nil {
+		t.Fatal(err)
+	}
+	if ref != "order-1" {
+		t.Errorf("order-1's reference = %q, want order-1", ref)
+	}
+
+	// Feeding the good lines again records nothing new: every one is a
+	// duplicate, and the exit code is 0.
+	var goodOnly strings.Builder
+	for _, l := range input {
+		if l.bad == "" && l.line != "" {
+			goodOnly.WriteString(l.line + "\n")
+		}
+	}
+	r = outboxd(t, invocation{env: env, stdin: goodOnly.String(), args: []string{"record"}})
+	if r.code != 0 {
+		t.Fatalf("record of duplicates: %s", r)
+	}
+	wantContains(t, "stdout", r.stdout, "5 lines: 0 messages recorded with 0 intents, 5 duplicates absorbed, 0 bad lines")
+	if again := countRows(t, pool); fmt.Sprint(again) != fmt.Sprint(got) {
+		t.Errorf("rows after recording duplicates = %+v, want unchanged %+v", again, got)
+	}
+}
+
+func TestRecordJSONSummaryAndFile(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := pgtest.NewDB(t)
+	env := map[string]string{"DATABASE_URL": dbURL, "STRIPE_API_KEY": secretStripeKey}
+
+	in := line("a", "billing", intent("stripe.payment_intent", "", paymentPayload)) + "\n" +
+		line("a", "billing", intent("stripe.payment_intent", "", paymentPayload)) + "\n" +
+		"not json\n" +
+		line("b", "billing", intent("sendgrid.email", "", emailPayload)) // no final newline
+	r := outboxd(t, invocation{env: env, stdin: in, args: []string{"record", "--json"}})
+	if r.code != 1 {
+		t.Fatalf("record --json with a bad line: %s; want exit 1", r)
+	}
+	var summary map[string]int
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	if err := dec.Decode(&summary); err != nil {
+		t.Fatalf("stdout is not a JSON summary: %v\n%s", err, r.stdout)
+	}
+	if dec.More() {
+		t.Fatalf("stdout has more than the summary:\n%s", r.stdout)
+	}
+	want := map[string]int{"lines": 4, "messages_recorded": 2, "intents_recorded": 2, "duplicates_absorbed": 1, "bad_lines": 1}
+	if fmt.Sprint(summary) != fmt.Sprint(want) {
+		t.Errorf("summary = %v, want %v", summary, want)
+	}
+	if !regexp.MustCompile(`(?m)^line 3: `).MatchString(r.stderr) {
+		t.Errorf("stderr does not report line 3:\n%s", r.stderr)
+	}
+
+	// --file reads the same format from a file.
+	path := filepath.Join(t.TempDir(), "messages.jsonl")
+	content := line("c", "billing", intent("sendgrid.email", "", emailPayload)) + "\n" +
+		line("a", "billing", intent("stripe.payment_intent", "", paymentPayload)) + "\n"
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = outboxd(t, invocation{env: env, stdin: "this stdin must not be read\n", args: []string{"record", "--file", path, "--json"}})
+	if r.code != 0 {
+		t.Fatalf("record --file: %s", r)
+	}
+	summary = nil
+	if err := json.Unmarshal([]byte(r.stdout), &summary); err != nil {
+		t.Fatalf("stdout is not a JSON summary: %v\n%s", err, r.stdout)
+	}
+	want = map[string]int{"lines": 2, "messages_recorded": 1, "intents_recorded": 1, "duplicates_absorbed": 1, "bad_lines": 0}
+	if fmt.Sprint(summary) != fmt.Sprint(want) {
+		t.Errorf("summary = %v, want %v", summary, want)
+	}
+	if got := countRows(t, pool); fmt.Sprint(got.markers) != "[billing/a billing/b billing/c]" {
+		t.Errorf("markers = %v", got.markers)
+	}
+
+	r = outboxd(t, invocation{env: env, args: []string{"record", "--file", filepath.Join(t.TempDir(), "missing.jsonl")}})
+	if r.code != 2 {
+		t.Errorf("record --file with a missing file: %s; want exit 2", r)
+	}
+	wantContains(t, "stderr", r.stderr, "--file", "missing.jsonl")
+}
+
+func TestRecordNeedsNoCredentialsAndRefusesAnOverlongLine(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := pgtest.NewDB(t)
+	env := map[string]string{"DATABASE_URL": dbURL} // no API keys: recording only validates
+
+	long := line("big", "billing", intent("sendgrid.email", "", fmt.Sprintf(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": %q}`, strings.Repeat("x", 5<<20))))
+	in := line("ok", "billing", intent("stripe.payment_intent", "", paymentPayload)) + "\n" + long + "\n" +
+		line("after", "billing", intent("stripe.payment_intent", "", paymentPayload)) + "\n"
+	r := outboxd(t, invocation{env: env, stdin: in, args: []string{"record"}})
+	if r.code != 1 {
+		t.Fatalf("record with an overlong line: %s; want exit 1", r)
+	}
+	wantContains(t, "stderr", r.stderr, "line 2: longer than")
+	if got := countRows(t, pool); fmt.Sprint(got.markers) != "[billing/ok]" {
+		t.Errorf("markers = %v, want only the line before the overlong one", got.markers)
+	}
+
+	var buf bytes.Buffer
+	buf.WriteString(line("payload-too-big", "billing", intent("sendgrid.email", "", fmt.Sprintf(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": %q}`, strings.Repeat("x", 100<<10)))))
+	r = outboxd(t, invocation{env: env, stdin: buf.String(), args: []string{"record"}})
+	if r.code != 1 {
+		t.Fatalf("record with an oversize payload: %s; want exit 1", r)
+	}
+	wantContains(t, "stderr", r.stderr, "line 1: ", "limit is")
+	if got := countRows(t, pool); fmt.Sprint(got.markers) != "[billing/ok]" {
+		t.Errorf("markers = %v after an oversize payload", got.markers)
+	}
+}

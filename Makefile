@@ -4,9 +4,12 @@ SHELL := /bin/bash
 
 GO            ?= go
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+STRIPE_MOCK   := github.com/stripe/stripe-mock@v0.203.0
 TOOLS         := $(CURDIR)/.tools
 DATABASE_URL  ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
+# The Stripe adapter's requests are checked against Stripe's OpenAPI spec.
+export STRIPE_MOCK_BIN ?= $(TOOLS)/stripe-mock
 
 .PHONY: help
 help: ## list the targets
@@ -17,14 +20,14 @@ demo: db-check ## run the whole pipeline end to end against local provider doubl
 	$(GO) run ./cmd/outboxd demo
 
 .PHONY: test
-test: lint db-check ## vet, staticcheck, gofmt, then every test with the race detector
+test: lint db-check $(TOOLS)/stripe-mock ## vet, staticcheck, gofmt, then every test with the race detector
 	$(GO) test -race -count=1 -timeout 12m ./...
 
 .PHONY: test/race
 test/race: test ## alias of test: the suite always runs with -race
 
 .PHONY: test/short
-test/short: db-check ## every test, without the race detector (faster)
+test/short: db-check $(TOOLS)/stripe-mock ## every test, without the race detector (faster)
 	$(GO) test -count=1 -timeout 10m ./...
 
 .PHONY: bench
@@ -40,6 +43,9 @@ lint: $(TOOLS)/staticcheck ## gofmt check, go vet and staticcheck
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)
+
+$(TOOLS)/stripe-mock:
+	GOBIN=$(TOOLS) $(GO) install $(STRIPE_MOCK)
 
 .PHONY: build
 build: ## build bin/outboxd

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/outbox/providers"
@@ -19,6 +20,11 @@ const (
 	DefaultSweepInterval   = time.Minute
 	DefaultSweepGrace      = time.Minute
 	DefaultKeyWindowMargin = time.Hour
+
+	DefaultDedupWindow       = 7 * 24 * time.Hour
+	DefaultAuditRetention    = 30 * 24 * time.Hour
+	DefaultRetentionInterval = time.Hour
+	DefaultRetentionBatch    = 1000
 )
 
 // Config configures a Dispatcher.
@@ -74,6 +80,33 @@ type Config struct {
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 
+	// DedupWindow is how long a processed marker is kept: a message
+	// redelivered within it is recognised as a duplicate, one redelivered
+	// later is handled as new. It must be at least the retry horizon,
+	// MaxAttempts (the largest of MaxAttemptsByKind too) × RetryBackoffMax,
+	// or New refuses the configuration. Defaults to DefaultDedupWindow.
+	DedupWindow time.Duration
+
+	// AuditRetention is how long a terminal intent (succeeded, failed,
+	// cancelled) is kept after it finished, with its attempts and events.
+	// Pending, dispatching and in_doubt intents are never deleted.
+	// Defaults to DefaultAuditRetention.
+	AuditRetention time.Duration
+
+	// RetentionInterval is how often the leader prunes markers past
+	// DedupWindow and terminal intents past AuditRetention (also once when
+	// it is elected). Defaults to DefaultRetentionInterval.
+	RetentionInterval time.Duration
+
+	// RetentionBatch is how many rows one pruning statement deletes; a pass
+	// repeats it until a batch comes back short, so no transaction holds
+	// many locks. Defaults to DefaultRetentionBatch.
+	RetentionBatch int
+
+	// Observer, when set, is told about every attempt that has an outcome
+	// and every intent that settles; see Observer. Nil means none.
+	Observer Observer
+
 	// Now is the clock used for key windows. Defaults to time.Now.
 	Now func() time.Time
 
@@ -110,6 +143,9 @@ func (c *Config) withDefaults() (*Config, error) {
 		{"SweepInterval", &out.SweepInterval, DefaultSweepInterval},
 		{"SweepGrace", &out.SweepGrace, DefaultSweepGrace},
 		{"KeyWindowMargin", &out.KeyWindowMargin, DefaultKeyWindowMargin},
+		{"DedupWindow", &out.DedupWindow, DefaultDedupWindow},
+		{"AuditRetention", &out.AuditRetention, DefaultAuditRetention},
+		{"RetentionInterval", &out.RetentionInterval, DefaultRetentionInterval},
 	}
 	for _, d := range durations {
 		if *d.value < 0 {
@@ -142,6 +178,15 @@ func (c *Config) withDefaults() (*Config, error) {
 			return nil, fmt.Errorf("dispatcher: Config.MaxAttemptsByKind[%q] must be between 1 and %d, got %d", kind, maxAttemptsLimit, n)
 		}
 	}
+	if out.RetentionBatch == 0 {
+		out.RetentionBatch = DefaultRetentionBatch
+	}
+	if out.RetentionBatch < 1 || out.RetentionBatch > 100000 {
+		return nil, fmt.Errorf("dispatcher: Config.RetentionBatch must be between 1 and 100000, got %d", out.RetentionBatch)
+	}
+	if err := out.checkDedupWindow(); err != nil {
+		return nil, err
+	}
 	minRescue := out.jobTimeout()
 	if out.RescueStuckJobsAfter == 0 {
 		out.RescueStuckJobsAfter = minRescue + time.Minute
@@ -163,4 +208,37 @@ func (c *Config) maxAttemptsFor(kind string) int {
 		return n
 	}
 	return c.MaxAttempts
+}
+
+// retryHorizon is the longest an intent can keep being retried, by the
+// configuration: the most attempts any kind is allowed, each waiting at
+// most RetryBackoffMax.
+func (c *Config) retryHorizon() (attempts int, horizon time.Duration) {
+	attempts = c.MaxAttempts
+	for _, n := range c.MaxAttemptsByKind {
+		attempts = max(attempts, n)
+	}
+	return attempts, time.Duration(attempts) * c.RetryBackoffMax
+}
+
+// checkDedupWindow refuses a dedup window shorter than the retry horizon.
+func (c *Config) checkDedupWindow() error {
+	attempts, horizon := c.retryHorizon()
+	if c.DedupWindow >= horizon {
+		return nil
+	}
+	return fmt.Errorf("dispatcher: Config.DedupWindow (%s) is shorter than the retry horizon (%d attempts × %s = %s): a duplicate arriving after its marker is pruned would run again",
+		shortDuration(c.DedupWindow), attempts, shortDuration(c.RetryBackoffMax), shortDuration(horizon))
+}
+
+// shortDuration formats d without zero trailing units: 1h, 10m, 1h40m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

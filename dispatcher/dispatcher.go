@@ -31,7 +31,8 @@ type Dispatcher struct {
 // New returns a Dispatcher working the intents in the database behind pool,
 // which must have been migrated (outboxd migrate). Several dispatchers, in
 // one process or many, may share a database: River hands each job to one of
-// them, and elects one leader to run the sweep.
+// them, and elects one leader to run the sweep and the retention passes
+// (see PruneOnce).
 func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if pool == nil {
 		return nil, errors.New("dispatcher: pool is required")
@@ -48,6 +49,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err := river.AddWorkerSafely(workers, &sweepWorker{d: d}); err != nil {
 		return nil, err
 	}
+	if err := river.AddWorkerSafely(workers, &retentionWorker{d: d}); err != nil {
+		return nil, err
+	}
 	d.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:               map[string]river.QueueConfig{intenttype.DispatchQueue: {MaxWorkers: cfg.MaxWorkers}},
 		Workers:              workers,
@@ -61,6 +65,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
+			d.retentionJob(),
 		},
 	})
 	if err != nil {

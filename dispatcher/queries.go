@@ -1,10 +1,10 @@
 package dispatcher
 
 // The dispatcher's SQL, in one place. Tables are created by
-// migrations/001_outbox.up.sql.
+// migrations/001_outbox.up.sql (resend_requested_at by 002).
 
 const loadIntentSQL = `
-SELECT id, idempotency_key, kind, provider, payload, state, attempt_count, created_at
+SELECT id, idempotency_key, kind, provider, payload, state, attempt_count, created_at, resend_requested_at IS NOT NULL
 FROM outbox_intents
 WHERE id = $1`
 
@@ -22,7 +22,7 @@ SELECT id, attempt_count, $2 FROM claimed
 RETURNING attempt`
 
 const lockIntentStateSQL = `
-SELECT state, attempt_count FROM outbox_intents WHERE id = $1 FOR UPDATE`
+SELECT state, attempt_count, kind, created_at FROM outbox_intents WHERE id = $1 FOR UPDATE`
 
 // closeOpenAttemptSQL records the outcome of a write-ahead attempt.
 const closeOpenAttemptSQL = `
@@ -36,9 +36,12 @@ const insertFinishedAttemptSQL = `
 INSERT INTO outbox_attempts (intent_id, attempt, started_at, finished_at, outcome, http_status, provider_ref, replayed, error)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
+// updateIntentOutcomeSQL also clears an operator's resend request: it
+// covered the one attempt whose outcome this records.
 const updateIntentOutcomeSQL = `
 UPDATE outbox_intents
 SET state = $2,
+    resend_requested_at = NULL,
     attempt_count = $3,
     provider_ref = coalesce($4, provider_ref),
     last_error = $5,
@@ -65,3 +68,35 @@ WHERE i.state IN ('pending', 'dispatching')
   )
 ORDER BY i.id
 LIMIT $2`
+
+// pruneMarkersSQL deletes up to $2 processed markers older than $1
+// microseconds (the dedup window), oldest first, skipping rows another
+// transaction holds.
+const pruneMarkersSQL = `
+WITH doomed AS (
+    SELECT consumer, message_id FROM outbox_processed_messages
+    WHERE processed_at < now() - ($1::bigint * interval '1 microsecond')
+    ORDER BY processed_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_processed_messages p
+USING doomed d
+WHERE p.consumer = d.consumer AND p.message_id = d.message_id`
+
+// pruneIntentsSQL deletes up to $2 terminal intents that finished more than
+// $1 microseconds ago (the audit retention), oldest first; their attempts
+// and events go with them (ON DELETE CASCADE). in_doubt and unfinished
+// intents have no finished_at and are never touched.
+const pruneIntentsSQL = `
+WITH doomed AS (
+    SELECT id FROM outbox_intents
+    WHERE finished_at < now() - ($1::bigint * interval '1 microsecond')
+      AND state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_intents i
+USING doomed d
+WHERE i.id = d.id`

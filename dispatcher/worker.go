@@ -38,6 +38,10 @@ type intentRow struct {
 	state        intenttype.State
 	attemptCount int
 	createdAt    time.Time
+	// resendRequested: an operator resent the intent after checking the
+	// effect did not happen; the next attempt goes ahead even past the
+	// provider's key window.
+	resendRequested bool
 }
 
 // settlement is the result of an attempt (or of finding one ambiguous),
@@ -103,7 +107,7 @@ func (d *Dispatcher) work(ctx context.Context, job *river.Job[intenttype.Dispatc
 
 	if caps.IdempotencyKeys {
 		window := caps.KeyWindow - min(d.config.KeyWindowMargin, caps.KeyWindow/2)
-		mayHaveActed := in.attemptCount > 0 || job.Attempt > 1
+		mayHaveActed := (in.attemptCount > 0 || job.Attempt > 1) && !in.resendRequested
 		if age := d.config.Now().Sub(in.createdAt); mayHaveActed && age >= window {
 			// The provider may have forgotten the key: a repeat could act
 			// a second time.
@@ -213,10 +217,13 @@ func (d *Dispatcher) reconcile(ctx context.Context, p providers.Provider, req pr
 func (d *Dispatcher) settle(ctx context.Context, job *river.Job[intenttype.DispatchArgs], intentID int64, s settlement) error {
 	// The outcome must be recorded even if shutdown cancelled the work.
 	ctx = context.WithoutCancel(ctx)
+	var kind string          // for the Observer
+	var recordedAt time.Time // for the Observer
+	settled := false         // the state changed as s says: for the Observer
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		var current intenttype.State
 		var attempts int
-		if err := tx.QueryRow(ctx, lockIntentStateSQL, intentID).Scan(&current, &attempts); err != nil {
+		if err := tx.QueryRow(ctx, lockIntentStateSQL, intentID).Scan(&current, &attempts, &kind, &recordedAt); err != nil {
 			return err
 		}
 		if a := s.attempt; a != nil {
@@ -232,6 +239,7 @@ func (d *Dispatcher) settle(ctx context.Context, job *river.Job[intenttype.Dispa
 			if _, err := tx.Exec(ctx, updateIntentOutcomeSQL, intentID, s.state, s.attemptCount, nullString(s.providerRef), nullString(s.lastError)); err != nil {
 				return err
 			}
+			settled = s.state != s.fromState
 			if s.state != s.fromState && s.state != intenttype.StatePending {
 				if _, err := tx.Exec(ctx, insertEventSQL, intentID, s.fromState, s.state, s.reason); err != nil {
 					return err
@@ -253,6 +261,7 @@ func (d *Dispatcher) settle(ctx context.Context, job *river.Job[intenttype.Dispa
 		return fmt.Errorf("dispatcher: record outcome of intent %d: %w", intentID, err)
 	}
 	d.logSettlement(ctx, job, intentID, s)
+	d.observe(kind, recordedAt, s, settled)
 	if s.state != intenttype.StatePending {
 		return nil
 	}
@@ -275,7 +284,7 @@ func (d *Dispatcher) logSettlement(ctx context.Context, job *river.Job[intenttyp
 
 func (d *Dispatcher) loadIntent(ctx context.Context, id int64) (intentRow, error) {
 	var in intentRow
-	err := d.pool.QueryRow(ctx, loadIntentSQL, id).Scan(&in.id, &in.key, &in.kind, &in.provider, &in.payload, &in.state, &in.attemptCount, &in.createdAt)
+	err := d.pool.QueryRow(ctx, loadIntentSQL, id).Scan(&in.id, &in.key, &in.kind, &in.provider, &in.payload, &in.state, &in.attemptCount, &in.createdAt, &in.resendRequested)
 	return in, err
 }
 

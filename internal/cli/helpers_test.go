@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/internal/cli"
+	"github.com/outboxkit/outbox/migrations"
 )
 
 // secretStripeKey is the STRIPE_API_KEY the tests run with: recognisable,
@@ -115,4 +116,16 @@ func wantContains(t *testing.T, what, got string, wants ...string) {
 			t.Errorf("%s does not contain %q:\n%s", what, w, got)
 		}
 	}
+}
+
+// outboxVersions returns the embedded outbox schema versions as `outboxd
+// migrate` prints them: applied oldest first ("[1 2]") and rolled back
+// newest first ("[2 1]").
+func outboxVersions() (up, down string) {
+	var ups, downs []int
+	for _, m := range migrations.All() {
+		ups = append(ups, m.Version)
+		downs = append([]int{m.Version}, downs...)
+	}
+	return fmt.Sprint(ups), fmt.Sprint(downs)
 }

@@ -1,0 +1,279 @@
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/audit"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+)
+
+func TestLegalTransitionsWriteOneEventWithActorAndReason(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	for i, tc := range []struct {
+		name   string
+		from   intenttype.State
+		act    func(id int64) (intenttype.Intent, error)
+		to     intenttype.State
+		reason string
+	}{
+		{"resend in_doubt", intenttype.StateInDoubt, func(id int64) (intenttype.Intent, error) {
+			return b.store.Resend(ctx, id, "alice", "not in the provider's dashboard")
+		}, intenttype.StatePending, "not in the provider's dashboard"},
+		{"cancel pending", intenttype.StatePending, func(id int64) (intenttype.Intent, error) {
+			return b.store.Cancel(ctx, id, "alice", "order withdrawn")
+		}, intenttype.StateCancelled, "order withdrawn"},
+		{"cancel in_doubt", intenttype.StateInDoubt, func(id int64) (intenttype.Intent, error) {
+			return b.store.Cancel(ctx, id, "operator:alice", "")
+		}, intenttype.StateCancelled, ""},
+		{"resolve succeeded", intenttype.StateInDoubt, func(id int64) (intenttype.Intent, error) {
+			return b.store.Resolve(ctx, id, intenttype.StateSucceeded, "alice", "found in SendGrid's activity feed")
+		}, intenttype.StateSucceeded, "found in SendGrid's activity feed"},
+		{"resolve failed", intenttype.StateInDoubt, func(id int64) (intenttype.Intent, error) {
+			return b.store.Resolve(ctx, id, intenttype.StateFailed, "alice", "bounced")
+		}, intenttype.StateFailed, "bounced"},
+	} {
+		id := b.record(t, "billing", fmt.Sprintf("legal-%d", i), "", sendgridprovider.KindEmail, emailPayload)
+		b.setState(t, id, tc.from)
+		before := b.snapshot(t, id)
+
+		got, err := tc.act(id)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		after := b.snapshot(t, id)
+		if got.ID != id || got.State != tc.to {
+			t.Errorf("%s: returned intent %+v, want state %s", tc.name, got, tc.to)
+		}
+		if after.Events != before.Events+1 {
+			t.Errorf("%s: %d events written, want exactly 1", tc.name, after.Events-before.Events)
+		}
+		e := b.lastEvent(t, id)
+		if e.Actor != "operator:alice" || e.FromState != tc.from || e.ToState != tc.to || e.Reason != tc.reason {
+			t.Errorf("%s: event = %+v, want operator:alice %s -> %s %q", tc.name, e, tc.from, tc.to, tc.reason)
+		}
+		var resendRequested, finished bool
+		if err := b.pool.QueryRow(ctx, `SELECT resend_requested_at IS NOT NULL, finished_at IS NOT NULL FROM outbox_intents WHERE id = $1`, id).Scan(&resendRequested, &finished); err != nil {
+			t.Fatal(err)
+		}
+		if tc.to == intenttype.StatePending {
+			if !resendRequested || after.LiveJobs != 1 || before.LiveJobs != 0 {
+				t.Errorf("%s: resend_requested_at set %v, live jobs %d -> %d; want it set and one new dispatch job", tc.name, resendRequested, before.LiveJobs, after.LiveJobs)
+			}
+		} else if resendRequested || !finished || got.FinishedAt == nil {
+			t.Errorf("%s: resend requested %v, finished %v; want a finished intent", tc.name, resendRequested, finished)
+		}
+	}
+}
+
+func TestIllegalTransitionsChangeNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	for i, tc := range []struct {
+		from    intenttype.State
+		action  audit.ActionKind
+		as      intenttype.State
+		allowed []intenttype.State
+	}{
+		{intenttype.StateSucceeded, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt}},
+		{intenttype.StatePending, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt}},
+		{intenttype.StateDispatching, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt}},
+		{intenttype.StateCancelled, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt}},
+		{intenttype.StatePending, audit.ActionResolve, intenttype.StateSucceeded, []intenttype.State{intenttype.StateInDoubt}},
+		{intenttype.StateFailed, audit.ActionResolve, intenttype.StateSucceeded, []intenttype.State{intenttype.StateInDoubt}},
+		{intenttype.StateSucceeded, audit.ActionResolve, intenttype.StateFailed, []intenttype.State{intenttype.StateInDoubt}},
+		{intenttype.StateFailed, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateInDoubt}},
+		{intenttype.StateSucceeded, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateInDoubt}},
+		{intenttype.StateDispatching, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateInDoubt}},
+		{intenttype.StateCancelled, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateInDoubt}},
+	} {
+		name := fmt.Sprintf("%s a %s intent", tc.action, tc.from)
+		id := b.record(t, "billing", fmt.Sprintf("illegal-%d", i), "", sendgridprovider.KindEmail, emailPayload)
+		b.setState(t, id, tc.from)
+		before := b.snapshot(t, id)
+
+		_, err := b.store.Act(ctx, audit.Action{Kind: tc.action, IntentID: id, As: tc.as, Actor: "alice", Reason: "trying"})
+		var te *audit.TransitionError
+		if !errors.As(err, &te) {
+			t.Fatalf("%s: %v, want a *TransitionError", name, err)
+		}
+		if te.IntentID != id || te.From != tc.from || te.Action != string(tc.action) || !slices.Equal(te.Allowed, tc.allowed) {
+			t.Errorf("%s: %+v", name, te)
+		}
+		for _, want := range []string{string(tc.from), string(tc.action), "allowed only from " + string(tc.allowed[0])} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", name, err, want)
+			}
+		}
+		if after := b.snapshot(t, id); after != before {
+			t.Errorf("%s changed the intent:\nbefore %+v\nafter  %+v", name, before, after)
+		}
+	}
+}
+
+func TestBadActionArgumentsChangeNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	id := b.record(t, "billing", "args", "", sendgridprovider.KindEmail, emailPayload)
+	b.setState(t, id, intenttype.StateInDoubt)
+	before := b.snapshot(t, id)
+	for _, tc := range []struct {
+		action audit.Action
+		field  string
+	}{
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: ""}, "actor"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "operator:"}, "actor"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "   "}, "actor"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "al\tice"}, "actor"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: strings.Repeat("a", audit.MaxActorLength+1)}, "actor"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "alice", Reason: strings.Repeat("r", audit.MaxReasonLength+1)}, "reason"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "alice", Reason: "two\nlines"}, "reason"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "alice", Reason: "\xff"}, "reason"},
+		{audit.Action{Kind: audit.ActionResolve, IntentID: id, Actor: "alice", As: intenttype.StateSucceeded}, "reason"},
+		{audit.Action{Kind: audit.ActionResolve, IntentID: id, Actor: "alice", As: intenttype.StatePending, Reason: "x"}, "as"},
+		{audit.Action{Kind: audit.ActionResolve, IntentID: id, Actor: "alice", As: intenttype.StateCancelled, Reason: "x"}, "as"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "alice", As: intenttype.StateFailed}, "as"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "alice", IfState: "maybe"}, "if_state"},
+		{audit.Action{Kind: "delete", IntentID: id, Actor: "alice"}, "kind"},
+		{audit.Action{Kind: audit.ActionCancel, IntentID: 0, Actor: "alice"}, "id"},
+	} {
+		_, err := b.store.Act(ctx, tc.action)
+		var fe *audit.FieldError
+		if !errors.Is(err, audit.ErrInvalidInput) || !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("Act(%+v) = %v, want ErrInvalidInput naming %s", tc.action, err, tc.field)
+		}
+	}
+	if after := b.snapshot(t, id); after != before {
+		t.Errorf("bad arguments changed the intent:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if _, err := b.store.Cancel(ctx, 999999, "alice", ""); !errors.Is(err, audit.ErrNotFound) {
+		t.Errorf("Cancel of a missing intent = %v, want ErrNotFound", err)
+	}
+	// The longest reason is accepted.
+	if _, err := b.store.Cancel(ctx, id, "alice", strings.Repeat("r", audit.MaxReasonLength)); err != nil {
+		t.Errorf("Cancel with a %d-byte reason: %v", audit.MaxReasonLength, err)
+	}
+}
+
+// Two operators act at once on an in_doubt intent they both saw: one
+// resends it, one cancels it. Exactly one wins; the other is told the
+// state moved, and the history has exactly one operator event.
+func TestConcurrentCancelAndResendExactlyOneWins(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	wins := map[string]int{}
+	for round := range 12 {
+		id := b.record(t, "billing", fmt.Sprintf("race-%d", round), "", sendgridprovider.KindEmail, emailPayload)
+		b.setState(t, id, intenttype.StateInDoubt)
+		before := b.snapshot(t, id)
+
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var resendErr, cancelErr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, resendErr = b.store.Act(ctx, audit.Action{Kind: audit.ActionResend, IntentID: id, Actor: "alice", Reason: "not sent", IfState: intenttype.StateInDoubt})
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			_, cancelErr = b.store.Act(ctx, audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "bob", Reason: "not wanted", IfState: intenttype.StateInDoubt})
+		}()
+		close(start)
+		wg.Wait()
+
+		var winner, loserErr = "resend", cancelErr
+		want := intenttype.StatePending
+		if resendErr != nil {
+			winner, loserErr, want = "cancel", resendErr, intenttype.StateCancelled
+			if cancelErr != nil {
+				t.Fatalf("round %d: both failed: resend %v, cancel %v", round, resendErr, cancelErr)
+			}
+		}
+		var te *audit.TransitionError
+		if !errors.As(loserErr, &te) || te.Expected != intenttype.StateInDoubt || te.From != want {
+			t.Fatalf("round %d: %s won; the other got %v, want a *TransitionError from %s", round, winner, loserErr, want)
+		}
+		wins[winner]++
+		after := b.snapshot(t, id)
+		if after.Events != before.Events+1 {
+			t.Fatalf("round %d: %d events written, want 1", round, after.Events-before.Events)
+		}
+		if e := b.lastEvent(t, id); e.ToState != want {
+			t.Fatalf("round %d: last event %+v, want to %s", round, e, want)
+		}
+	}
+	t.Logf("wins: %v", wins)
+
+	// Without IfState the actions serialise on the row lock and each is
+	// checked against the state it finds: a cancel after a resend cancels
+	// the now pending intent; a resend after a cancel is refused.
+	id := b.record(t, "billing", "serial", "", sendgridprovider.KindEmail, emailPayload)
+	b.setState(t, id, intenttype.StateInDoubt)
+	if _, err := b.store.Resend(ctx, id, "alice", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := b.store.Cancel(ctx, id, "bob", "y"); err != nil || in.State != intenttype.StateCancelled {
+		t.Fatalf("Cancel after Resend = %+v, %v", in, err)
+	}
+	var te *audit.TransitionError
+	if _, err := b.store.Resend(ctx, id, "alice", "x"); !errors.As(err, &te) {
+		t.Fatalf("Resend after Cancel = %v, want a *TransitionError", err)
+	}
+}
+
+func TestStatsCountsByStateAndKind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	empty, err := b.store.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if empty.Total != 0 || empty.OldestPendingAge != 0 || len(empty.ByState) != len(intenttype.States) {
+		t.Errorf("Stats of an empty outbox = %+v", empty)
+	}
+
+	payments := b.recordN(t, "billing", 4)
+	var emails []int64
+	for i := range 3 {
+		emails = append(emails, b.record(t, "mailer", fmt.Sprintf("e-%d", i), "", sendgridprovider.KindEmail, emailPayload))
+	}
+	b.setState(t, payments[0], intenttype.StateSucceeded)
+	b.setState(t, payments[1], intenttype.StateFailed)
+	b.setState(t, emails[0], intenttype.StateInDoubt)
+	b.setState(t, emails[1], intenttype.StateInDoubt)
+	b.setState(t, emails[2], intenttype.StateDispatching)
+	if _, err := b.pool.Exec(ctx, `UPDATE outbox_intents SET created_at = now() - interval '3 hours' WHERE id = $1`, emails[2]); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.store.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantByState := map[intenttype.State]int{"pending": 2, "dispatching": 1, "succeeded": 1, "failed": 1, "in_doubt": 2, "cancelled": 0}
+	if fmt.Sprint(st.ByState) != fmt.Sprint(wantByState) || st.Total != 7 || st.InDoubt != 2 {
+		t.Errorf("Stats = %+v, want by state %v, 7 in all, 2 in doubt", st, wantByState)
+	}
+	wantByKind := "map[sendgrid.email:map[dispatching:1 in_doubt:2] stripe.payment_intent:map[failed:1 pending:2 succeeded:1]]"
+	if fmt.Sprint(st.ByKindState) != wantByKind {
+		t.Errorf("ByKindState = %v, want %s", st.ByKindState, wantByKind)
+	}
+	if st.OldestPendingAge < 3*time.Hour || st.OldestPendingAge > 3*time.Hour+time.Minute {
+		t.Errorf("OldestPendingAge = %s, want about 3h (the dispatching intent)", st.OldestPendingAge)
+	}
+}

@@ -1,0 +1,208 @@
+// Package audit is the operator's view of the outbox: it lists and shows
+// intents with their attempts and events, counts them, and carries out the
+// operator actions DESIGN.md allows (resend, cancel, resolve), each written
+// to the append-only event log with who and why. Payloads leave this package
+// redacted by their provider's rule. The CLI and the admin HTTP server both
+// use it, so they show and allow exactly the same things.
+//
+// The methods and their contracts:
+//
+//   - List returns intents matching a Filter, newest first, one Page at a
+//     time (keyset pagination: no duplicates or gaps across pages while
+//     intents are being recorded).
+//   - Get returns one intent by numeric id or idempotency key, with its
+//     attempts and events (Detail), or ErrNotFound.
+//   - Resend, Cancel and Resolve (and Act, which all three call) lock the
+//     intent's row, check the transition against DESIGN.md's diagram, update
+//     it and append an event with the actor and reason, in one transaction.
+//     A transition the diagram does not allow returns a *TransitionError and
+//     changes nothing.
+//   - Stats counts intents by state and by kind.
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/providers"
+)
+
+// Limits for List.
+const (
+	// DefaultPageSize is the page size when Filter.Limit is 0.
+	DefaultPageSize = 50
+	// MaxPageSize is the largest Filter.Limit accepted.
+	MaxPageSize = 500
+)
+
+// Limits for an operator action's arguments.
+const (
+	// MaxReasonLength bounds an action's reason, in bytes.
+	MaxReasonLength = 1000
+	// MaxActorLength bounds an action's actor, in bytes, before the
+	// "operator:" prefix.
+	MaxActorLength = 200
+	// maxFilterString bounds a Filter's string fields: no column they are
+	// compared with holds longer values.
+	maxFilterString = 255
+)
+
+// ActorPrefix is prepended to every operator action's actor in the event
+// log, so operators' events are told apart from the dispatcher's.
+const ActorPrefix = "operator:"
+
+// ErrNotFound is returned when no intent has the given id or key.
+var ErrNotFound = errors.New("intent not found")
+
+// ErrInvalidFilter is wrapped by errors about a filter or page request
+// (always a *FieldError naming the Filter field).
+var ErrInvalidFilter = errors.New("invalid filter")
+
+// ErrInvalidInput is wrapped by errors about an operator action's arguments
+// or a Get's id (always a *FieldError naming the argument: "actor",
+// "reason", "as", "id"). Nothing is changed.
+var ErrInvalidInput = errors.New("invalid input")
+
+// FieldError names the field of a Filter, or the argument of an action,
+// that is wrong. It wraps ErrInvalidFilter or ErrInvalidInput.
+type FieldError struct {
+	// Field is the Filter field ("States", "Limit", "Cursor", ...) or the
+	// argument ("actor", "reason", "as", "id").
+	Field string
+	// Problem says what is wrong, without echoing secrets.
+	Problem string
+	kind    error
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%v: %s: %s", e.kind, e.Field, e.Problem) }
+
+// Unwrap returns ErrInvalidFilter or ErrInvalidInput.
+func (e *FieldError) Unwrap() error { return e.kind }
+
+func filterError(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...), kind: ErrInvalidFilter}
+}
+
+func inputError(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...), kind: ErrInvalidInput}
+}
+
+// TransitionError is returned for an operator action DESIGN.md does not
+// allow from the intent's current state (resending a succeeded intent, say),
+// or, for an Action with IfState, when the intent is no longer in that
+// state. Nothing is changed.
+type TransitionError struct {
+	// IntentID is the intent acted on.
+	IntentID int64
+	// From is the intent's state when the action found it.
+	From intenttype.State
+	// Action is "resend", "cancel" or "resolve".
+	Action string
+	// Allowed lists the states the action is allowed from.
+	Allowed []intenttype.State
+	// Expected is the Action's IfState when that precondition failed; empty
+	// otherwise.
+	Expected intenttype.State
+}
+
+func (e *TransitionError) Error() string {
+	if e.Expected != "" {
+		return fmt.Sprintf("cannot %s intent %d: it is %s, not %s as expected (it changed meanwhile)", e.Action, e.IntentID, e.From, e.Expected)
+	}
+	allowed := make([]string, len(e.Allowed))
+	for i, s := range e.Allowed {
+		allowed[i] = string(s)
+	}
+	return fmt.Sprintf("cannot %s intent %d: it is %s, and %s is allowed only from %s", e.Action, e.IntentID, e.From, e.Action, strings.Join(allowed, " or "))
+}
+
+// Filter selects intents for List. Zero fields do not filter; fields that
+// are set must all match.
+type Filter struct {
+	// States keeps intents in any of these states.
+	States []intenttype.State
+	// Kinds keeps intents of any of these kinds.
+	Kinds []string
+	// Providers keeps intents performed by any of these providers.
+	Providers []string
+	// Consumer and MessageID keep the intents recorded by that consumer or
+	// for that message id.
+	Consumer  string
+	MessageID string
+	// Reference keeps the intents recorded with this business reference.
+	Reference string
+	// CreatedSince keeps intents created at or after it.
+	CreatedSince time.Time
+	// CreatedUntil keeps intents created before it.
+	CreatedUntil time.Time
+	// Cursor continues a previous page (Page.NextCursor); the other fields
+	// should stay the same between pages.
+	Cursor string
+	// Limit is the page size, 1 to MaxPageSize; 0 means DefaultPageSize.
+	Limit int
+}
+
+// Page is one page of intents, newest first.
+type Page struct {
+	// Intents holds at most the filter's Limit intents, payloads redacted.
+	Intents []intenttype.Intent `json:"intents"`
+	// NextCursor continues with the next (older) page; empty on the last.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Detail is one intent with its whole history.
+type Detail struct {
+	// Intent has its payload redacted.
+	Intent intenttype.Intent `json:"intent"`
+	// Attempts are oldest first.
+	Attempts []intenttype.Attempt `json:"attempts"`
+	// Events are oldest first.
+	Events []intenttype.Event `json:"events"`
+}
+
+// Stats counts intents.
+type Stats struct {
+	// Total counts every intent.
+	Total int `json:"total"`
+	// ByState counts intents per state; every state is present, zero or not.
+	ByState map[intenttype.State]int `json:"by_state"`
+	// ByKindState counts intents per kind, then state (states with no
+	// intent of that kind are absent).
+	ByKindState map[string]map[intenttype.State]int `json:"by_kind_state"`
+	// InDoubt is ByState[in_doubt], for convenience.
+	InDoubt int `json:"in_doubt"`
+	// OldestPendingAge is the age of the oldest pending or dispatching
+	// intent, measured by the database's clock, or 0 when there is none.
+	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
+}
+
+// Store reads and acts on the outbox's tables. It is safe for concurrent
+// use.
+type Store struct {
+	pool     *pgxpool.Pool
+	registry *providers.Registry
+	// jobs enqueues dispatch jobs for Resend; it runs no workers.
+	jobs    *river.Client[pgx.Tx]
+	jobsErr error
+}
+
+// New returns a Store on the database behind pool, which must have been
+// migrated (outboxd migrate). registry redacts payloads; an intent whose
+// provider is not registered (or every intent, with a nil registry) has its
+// payload replaced by {"redacted":"provider not configured"}.
+func New(pool *pgxpool.Pool, registry *providers.Registry) *Store {
+	s := &Store{pool: pool, registry: registry}
+	// An insert-only River client: its configuration is constant, so it
+	// cannot fail in practice; if it does, Resend reports it.
+	s.jobs, s.jobsErr = river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
+	return s
+}

@@ -1,0 +1,90 @@
+package audit
+
+// The audit's SQL, in one place. Tables are created by
+// migrations/001_outbox.up.sql; resend_requested_at by 002.
+
+// intentColumns is what every query returning intents selects, in the order
+// scanIntent reads.
+const intentColumns = `id, idempotency_key, kind, provider, name, coalesce(consumer, ''), coalesce(message_id, ''),
+    coalesce(reference, ''), payload, state, attempt_count, coalesce(provider_ref, ''), coalesce(last_error, ''),
+    created_at, updated_at, finished_at`
+
+// listIntentsSQL is List's keyset query: a NULL parameter does not filter;
+// $9 is the id of the previous page's last intent.
+const listIntentsSQL = `
+SELECT ` + intentColumns + `
+FROM outbox_intents
+WHERE ($1::text[] IS NULL OR state = ANY($1))
+  AND ($2::text[] IS NULL OR kind = ANY($2))
+  AND ($3::text[] IS NULL OR provider = ANY($3))
+  AND ($4::text IS NULL OR consumer = $4)
+  AND ($5::text IS NULL OR message_id = $5)
+  AND ($6::text IS NULL OR reference = $6)
+  AND ($7::timestamptz IS NULL OR created_at >= $7)
+  AND ($8::timestamptz IS NULL OR created_at < $8)
+  AND ($9::bigint IS NULL OR id < $9)
+ORDER BY id DESC
+LIMIT $10`
+
+const intentByIDSQL = `
+SELECT ` + intentColumns + `
+FROM outbox_intents
+WHERE id = $1`
+
+const intentByKeySQL = `
+SELECT ` + intentColumns + `
+FROM outbox_intents
+WHERE idempotency_key = $1`
+
+// lockIntentSQL takes the row lock an operator action holds until commit,
+// so concurrent actions (and the dispatcher's settlements) serialise.
+const lockIntentSQL = `
+SELECT ` + intentColumns + `
+FROM outbox_intents
+WHERE id = $1
+FOR UPDATE`
+
+const attemptsSQL = `
+SELECT id, intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0),
+    coalesce(provider_ref, ''), replayed, coalesce(error, '')
+FROM outbox_attempts
+WHERE intent_id = $1
+ORDER BY attempt, id`
+
+const eventsSQL = `
+SELECT id, intent_id, at, actor, coalesce(from_state, ''), to_state, reason
+FROM outbox_events
+WHERE intent_id = $1
+ORDER BY id`
+
+// resendSQL moves an in_doubt intent back to pending and marks the resend,
+// so the dispatcher's next attempt is made even past a key window.
+const resendSQL = `
+UPDATE outbox_intents
+SET state = 'pending', resend_requested_at = now(), updated_at = now()
+WHERE id = $1
+RETURNING ` + intentColumns
+
+// finishSQL settles an intent as an operator decided: cancelled,
+// succeeded or failed.
+const finishSQL = `
+UPDATE outbox_intents
+SET state = $2, resend_requested_at = NULL, updated_at = now(), finished_at = now()
+WHERE id = $1
+RETURNING ` + intentColumns
+
+const insertEventSQL = `
+INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
+VALUES ($1, $2, $3, $4, $5)`
+
+const countByKindStateSQL = `
+SELECT kind, state, count(*)
+FROM outbox_intents
+GROUP BY kind, state`
+
+// oldestPendingAgeSQL measures by the database's clock, in microseconds;
+// NULL when nothing is pending or dispatching.
+const oldestPendingAgeSQL = `
+SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
+FROM outbox_intents
+WHERE state IN ('pending', 'dispatching')`

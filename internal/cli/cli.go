@@ -38,6 +38,9 @@ func commands() []command {
 		{"run", "run the dispatcher daemon that performs recorded intents", runDispatcher},
 		{"record", "record messages and their intents from JSON lines (file or stdin)", runRecord},
 		{"demo", "run the whole pipeline end to end against local provider doubles", runDemo},
+		{"intents", "list and show intents; retry, cancel or resolve one (operator actions, audited)", runIntents},
+		{"stats", "count intents by state and kind; in_doubt count and oldest pending age", runStats},
+		{"doubles", "serve the Stripe and SendGrid doubles for local development", runDoubles},
 	}
 }
 

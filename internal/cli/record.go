@@ -10,28 +10,13 @@ import (
 	"io"
 	"os"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/internal/ingest"
 )
 
 // maxRecordLine bounds one JSON line; an intent's payload is bounded far
 // lower by intents.DefaultMaxPayloadBytes.
 const maxRecordLine = 4 << 20
-
-// recordLine is one message in `outboxd record`'s input.
-type recordLine struct {
-	MessageID string         `json:"message_id"`
-	Consumer  string         `json:"consumer"`
-	Intents   []recordIntent `json:"intents"`
-}
-
-type recordIntent struct {
-	Kind      string          `json:"kind"`
-	Name      string          `json:"name"`
-	Payload   json.RawMessage `json:"payload"`
-	Reference string          `json:"reference"`
-}
 
 // recordSummary is what `outboxd record` reports.
 type recordSummary struct {
@@ -89,7 +74,7 @@ Exits 1 if any line was bad (the good ones are recorded).`, env)
 		return err
 	}
 
-	summary, err := recordLines(ctx, client, in, env.Stderr)
+	summary, err := recordLines(ctx, ingest.New(client, nil), in, env.Stderr)
 	if err != nil {
 		return err
 	}
@@ -109,7 +94,7 @@ Exits 1 if any line was bad (the good ones are recorded).`, env)
 	return nil
 }
 
-func recordLines(ctx context.Context, client *intents.Client, in io.Reader, progress io.Writer) (recordSummary, error) {
+func recordLines(ctx context.Context, recorder *ingest.Recorder, in io.Reader, progress io.Writer) (recordSummary, error) {
 	var s recordSummary
 	scanner := bufio.NewScanner(in)
 	scanner.Buffer(make([]byte, 64<<10), maxRecordLine)
@@ -119,7 +104,7 @@ func recordLines(ctx context.Context, client *intents.Client, in io.Reader, prog
 		if len(line) == 0 {
 			continue
 		}
-		res, err := recordOne(ctx, client, line)
+		res, err := recorder.RecordJSON(ctx, line)
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -144,31 +129,4 @@ func recordLines(ctx context.Context, client *intents.Client, in io.Reader, prog
 		return s, fmt.Errorf("read input: %w", err)
 	}
 	return s, nil
-}
-
-func recordOne(ctx context.Context, client *intents.Client, line []byte) (intents.Result, error) {
-	var msg recordLine
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&msg); err != nil {
-		return intents.Result{}, fmt.Errorf("not a message object: %v", err)
-	}
-	if dec.More() {
-		return intents.Result{}, errors.New("more than one JSON value on the line")
-	}
-	if len(msg.Intents) == 0 {
-		return intents.Result{}, errors.New(`"intents" is missing or empty: a message needs at least one intent`)
-	}
-	return client.Consume(ctx, intents.Message{Consumer: msg.Consumer, ID: msg.MessageID},
-		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
-			for _, in := range msg.Intents {
-				if len(in.Payload) == 0 {
-					return fmt.Errorf("intent %q (%s): \"payload\" is missing", in.Name, in.Kind)
-				}
-				if err := rec.Record(intents.Intent{Kind: in.Kind, Name: in.Name, Payload: in.Payload, Reference: in.Reference}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
 }

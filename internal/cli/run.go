@@ -3,13 +3,26 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
+	"net"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/outboxkit/outbox/dispatcher"
+	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/internal/adminhttp"
+	"github.com/outboxkit/outbox/internal/audit"
+	"github.com/outboxkit/outbox/internal/ingest"
+	"github.com/outboxkit/outbox/internal/metrics"
+	"github.com/outboxkit/outbox/internal/secret"
 	"github.com/outboxkit/outbox/migrations"
+	"github.com/outboxkit/outbox/providers"
 )
 
 func runDispatcher(ctx context.Context, args []string, env Env) error {
@@ -23,6 +36,14 @@ blindly repeated. Several 'outboxd run' processes may share one database.
 Credentials come from the environment, never from flags:
   STRIPE_API_KEY   or STRIPE_API_KEY_FILE    (for --providers stripe)
   SENDGRID_API_KEY or SENDGRID_API_KEY_FILE  (for --providers sendgrid)
+  OUTBOXD_ADMIN_TOKEN or OUTBOXD_ADMIN_TOKEN_FILE
+                   (the admin server's bearer token; required when
+                    --admin-addr is not a loopback address)
+
+The admin server (--admin-addr, default 127.0.0.1:8080) serves the
+dashboard, the JSON API under /api/v1/, /healthz, /readyz, /metrics and
+River's UI under /riverui/. If the default address is taken (another
+'outboxd run' on this host), run goes on without it and logs a warning.
 
 Stops gracefully on SIGINT or SIGTERM: no new attempts start, attempts in
 flight record their outcome, for at most --shutdown-grace.`, env)
@@ -39,12 +60,19 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	rescueAfter := fs.Duration("rescue-after", 0, "how long a job may run before it is presumed dead (a killed dispatcher) and rescued; default 2×call-timeout+65s")
 	fetchCooldown := fs.Duration("fetch-cooldown", 0, "shortest pause between job fetches (River's FetchCooldown); lower means lower latency and more queries; 0 keeps River's 100ms")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long shutdown waits for attempts in flight")
+	dedupWindow := fs.Duration("dedup-window", dispatcher.DefaultDedupWindow, "how long processed markers are kept: a message redelivered later is handled as new; at least max-attempts × retry-backoff-max")
+	auditRetention := fs.Duration("audit-retention", dispatcher.DefaultAuditRetention, "how long succeeded, failed and cancelled intents are kept after they finish, with their attempts and events (in_doubt and unfinished ones are kept until they finish)")
+	adminAddr := fs.String("admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminhttp.TokenEnv)
 	var logs logFlags
 	logs.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	for name, d := range map[string]time.Duration{"call-timeout": *callTimeout, "retry-backoff": *retryBackoff, "retry-backoff-max": *retryBackoffMax, "sweep-interval": *sweepInterval, "shutdown-grace": *grace} {
+	adminToken, err := loadAdminToken(env, *adminAddr)
+	if err != nil {
+		return err
+	}
+	for name, d := range map[string]time.Duration{"call-timeout": *callTimeout, "retry-backoff": *retryBackoff, "retry-backoff-max": *retryBackoffMax, "sweep-interval": *sweepInterval, "shutdown-grace": *grace, "dedup-window": *dedupWindow, "audit-retention": *auditRetention} {
 		if d <= 0 {
 			return usageErrorf("--%s must be positive, got %s", name, d)
 		}
@@ -77,6 +105,8 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 		SweepInterval:        *sweepInterval,
 		RescueStuckJobsAfter: *rescueAfter,
 		FetchCooldown:        *fetchCooldown,
+		DedupWindow:          *dedupWindow,
+		AuditRetention:       *auditRetention,
 		Logger:               logger,
 	}
 	if err := cfg.Validate(); err != nil {
@@ -93,6 +123,11 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	if err := migrations.New(pool, logger).Check(ctx); err != nil {
 		return err
 	}
+	outboxMetrics := metrics.New(pool)
+	cfg.Observer = outboxMetrics
+	// admin server: metricsRegistry is the prometheus.Gatherer to serve at
+	// /metrics (the outbox's metrics, the database gauges, Go and process).
+	metricsRegistry := outboxMetrics.Registry()
 	d, err := dispatcher.New(pool, cfg)
 	if err != nil {
 		return err
@@ -105,11 +140,27 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 		names = append(names, p.Name())
 	}
 	logger.InfoContext(ctx, "dispatcher started", "providers", names, "workers", *workers, "max_attempts", *maxAttempts)
+	admin, err := startAdmin(ctx, adminParams{
+		addr: *adminAddr, explicit: flagWasSet(fs, "admin-addr"), token: adminToken,
+		pool: pool, registry: registry, metrics: outboxMetrics, gatherer: metricsRegistry, logger: logger,
+	})
+	if err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
+		defer cancel()
+		_ = d.Stop(stopCtx)
+		return err
+	}
 	<-ctx.Done()
 	logger.Info("shutting down: waiting for attempts in flight", "grace", *grace)
 	stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
-	if err := d.Stop(stopCtx); err != nil {
+	adminStopped := make(chan error, 1)
+	go func() { adminStopped <- admin.shutdown(stopCtx) }()
+	dispatcherErr := d.Stop(stopCtx)
+	if err := <-adminStopped; err != nil {
+		logger.Warn("admin server did not stop cleanly", "error", err)
+	}
+	if err := dispatcherErr; err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("shutdown grace of %s passed with attempts still in flight; they were cancelled", *grace)
 		}
@@ -117,4 +168,92 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	}
 	logger.Info("dispatcher stopped")
 	return nil
+}
+
+// loadAdminToken reads the admin server's token from OUTBOXD_ADMIN_TOKEN or
+// OUTBOXD_ADMIN_TOKEN_FILE, and refuses, before anything starts, an admin
+// address that is not loopback without one.
+func loadAdminToken(env Env, addr string) (string, error) {
+	if addr == "" {
+		return "", nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", usageErrorf("--admin-addr %q is not host:port (e.g. 127.0.0.1:8080, or empty to disable)", addr)
+	}
+	token, err := secret.LoadFrom(env.Getenv, adminhttp.TokenEnv)
+	switch {
+	case errors.Is(err, secret.ErrMissing) && env.Getenv(adminhttp.TokenEnv+"_FILE") == "":
+		token = ""
+	case err != nil:
+		return "", fmt.Errorf("refusing to start: %w", err)
+	}
+	if token == "" && !adminhttp.IsLoopback(addr) {
+		return "", usageErrorf("refusing to start: --admin-addr %s is not a loopback address, so the admin server needs a token: set %s, or %s_FILE to a file that holds it (or listen on 127.0.0.1)", addr, adminhttp.TokenEnv, adminhttp.TokenEnv)
+	}
+	if token != "" && len(token) < 16 {
+		return "", usageErrorf("refusing to start: %s must be at least 16 bytes", adminhttp.TokenEnv)
+	}
+	return token, nil
+}
+
+func flagWasSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+type adminParams struct {
+	addr     string
+	explicit bool // --admin-addr was given, so failing to listen is fatal
+	token    string
+	pool     *pgxpool.Pool
+	registry *providers.Registry
+	metrics  ingest.Observer
+	gatherer prometheus.Gatherer
+	logger   *slog.Logger
+}
+
+// runningAdmin is the admin server, or nil when it is off.
+type runningAdmin struct{ srv *adminhttp.Server }
+
+func (a *runningAdmin) shutdown(ctx context.Context) error {
+	if a == nil {
+		return nil
+	}
+	return a.srv.Shutdown(ctx)
+}
+
+// startAdmin starts the admin server unless p.addr is empty. When the
+// default address cannot be listened on (another outboxd run on this host
+// has it), run goes on without it and says so; an address given with
+// --admin-addr must work.
+func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
+	if p.addr == "" {
+		p.logger.InfoContext(ctx, "admin server disabled (--admin-addr is empty)")
+		return nil, nil
+	}
+	client, err := intents.NewClient(p.pool, &intents.Config{Providers: p.registry, Logger: p.logger})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := adminhttp.New(adminhttp.Config{
+		Addr:     p.addr,
+		Token:    p.token,
+		Audit:    audit.New(p.pool, p.registry),
+		Ingest:   ingest.New(client, p.metrics),
+		Pool:     p.pool,
+		Gatherer: p.gatherer,
+		Logger:   p.logger.With("component", "admin"),
+	})
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		if !p.explicit {
+			p.logger.WarnContext(ctx, "admin server not started: its default address is taken; set --admin-addr to another address (or empty to disable)", "addr", p.addr, "error", err)
+			return nil, nil
+		}
+		return nil, err
+	}
+	return &runningAdmin{srv: srv}, nil
 }

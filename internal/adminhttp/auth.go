@@ -1,0 +1,185 @@
+package adminhttp
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"mime"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+const (
+	sessionCookie = "outboxd_session"
+	csrfField     = "csrf"
+	csrfHeader    = "X-CSRF-Token"
+)
+
+// keys holds what authentication is checked against. The token itself is
+// kept only as its SHA-256, for constant-time comparison.
+type keys struct {
+	tokenSet  bool
+	tokenHash [32]byte
+	// mac signs session cookies and derives CSRF tokens: an HMAC of the
+	// token when one is set (so sessions survive a restart and die with a
+	// changed token), random per process otherwise.
+	mac []byte
+}
+
+func newKeys(token string) (keys, error) {
+	if token == "" {
+		k := keys{mac: make([]byte, 32)}
+		if _, err := rand.Read(k.mac); err != nil {
+			return keys{}, fmt.Errorf("adminhttp: session key: %w", err)
+		}
+		return k, nil
+	}
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("outboxd admin session key v1"))
+	return keys{tokenSet: true, tokenHash: sha256.Sum256([]byte(token)), mac: m.Sum(nil)}, nil
+}
+
+// tokenMatches compares in constant time (over hashes, so the length of the
+// token does not leak either).
+func (k keys) tokenMatches(given string) bool {
+	h := sha256.Sum256([]byte(given))
+	return k.tokenSet && subtle.ConstantTimeCompare(h[:], k.tokenHash[:]) == 1
+}
+
+func (k keys) sign(parts ...string) []byte {
+	m := hmac.New(sha256.New, k.mac)
+	for _, p := range parts {
+		m.Write([]byte(p))
+		m.Write([]byte{0})
+	}
+	return m.Sum(nil)
+}
+
+// newSession returns a session cookie value: an issue time and a random
+// nonce, signed.
+func (k keys) newSession(now time.Time) (string, error) {
+	raw := make([]byte, 24)
+	binary.BigEndian.PutUint64(raw, uint64(now.Unix()))
+	if _, err := rand.Read(raw[8:]); err != nil {
+		return "", err
+	}
+	body := base64.RawURLEncoding.EncodeToString(raw)
+	return body + "." + base64.RawURLEncoding.EncodeToString(k.sign("session", body)), nil
+}
+
+// validSession checks a session cookie value's signature and age.
+func (k keys) validSession(v string, now time.Time, ttl time.Duration) bool {
+	body, sig, ok := strings.Cut(v, ".")
+	if !ok {
+		return false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(body)
+	if err != nil || len(raw) != 24 {
+		return false
+	}
+	got, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil || !hmac.Equal(got, k.sign("session", body)) {
+		return false
+	}
+	issued := time.Unix(int64(binary.BigEndian.Uint64(raw)), 0)
+	return !now.Before(issued.Add(-time.Minute)) && now.Before(issued.Add(ttl))
+}
+
+// csrfToken derives the CSRF token of a session.
+func (k keys) csrfToken(session string) string {
+	return base64.RawURLEncoding.EncodeToString(k.sign("csrf", session))
+}
+
+func (k keys) validCSRF(session, given string) bool {
+	got, err := base64.RawURLEncoding.DecodeString(given)
+	return err == nil && session != "" && hmac.Equal(got, k.sign("csrf", session))
+}
+
+// authKind is how a request authenticated.
+type authKind int
+
+const (
+	authNone   authKind = iota // no valid credentials, and a token is required
+	authForged                 // a bearer token that is not the token
+	authBearer                 // Authorization: Bearer <token>
+	authCookie                 // a valid session cookie
+	authOpen                   // no token configured: loopback only
+)
+
+// authResult is a request's authentication.
+type authResult struct {
+	kind    authKind
+	session string // the valid session cookie's value, if any
+}
+
+func (s *Server) authenticate(r *http.Request) authResult {
+	var res authResult
+	if c, err := r.Cookie(sessionCookie); err == nil && s.keys.validSession(c.Value, s.cfg.Now(), s.cfg.SessionTTL) {
+		res.session = c.Value
+	}
+	if h := r.Header.Get("Authorization"); h != "" && s.keys.tokenSet {
+		scheme, tok, _ := strings.Cut(h, " ")
+		if strings.EqualFold(scheme, "Bearer") && s.keys.tokenMatches(strings.TrimSpace(tok)) {
+			res.kind = authBearer
+		} else {
+			res.kind = authForged
+		}
+		return res
+	}
+	switch {
+	case !s.keys.tokenSet:
+		res.kind = authOpen
+	case res.session != "":
+		res.kind = authCookie
+	default:
+		res.kind = authNone
+	}
+	return res
+}
+
+func (a authResult) ok() bool { return a.kind >= authBearer }
+
+// needsCSRF reports whether a POST so authenticated must carry the CSRF
+// token: every one a browser could have sent on its own.
+func (a authResult) needsCSRF() bool { return a.kind != authBearer }
+
+// isJSON reports whether the request's body is declared as JSON.
+func isJSON(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == "application/json"
+}
+
+// loopbackHost reports whether a Host header names a loopback host.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return IsLoopback(host)
+}
+
+// setSessionCookie starts a session in the browser. The cookie is
+// HttpOnly, SameSite=Strict, and Secure when the request came over TLS.
+func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, value string) {
+	http.SetCookie(w, &http.Cookie{
+		Name:     sessionCookie,
+		Value:    value,
+		Path:     "/",
+		MaxAge:   int(s.cfg.SessionTTL / time.Second),
+		HttpOnly: true,
+		Secure:   r.TLS != nil,
+		SameSite: http.SameSiteStrictMode,
+	})
+}
+
+func (s *Server) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{
+		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+	})
+}

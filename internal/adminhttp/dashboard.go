@@ -1,0 +1,434 @@
+package adminhttp
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/audit"
+)
+
+//go:embed templates/*.html static/style.css
+var assets embed.FS
+
+func parseTemplates() (*template.Template, error) {
+	funcs := template.FuncMap{
+		"fmtTime": func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05")
+		},
+		"fmtTimePtr": func(t *time.Time) string {
+			if t == nil {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05")
+		},
+		"ago": func(t time.Time) string { return humanDuration(time.Since(t)) + " ago" },
+		"duration": func(d time.Duration) string {
+			if d <= 0 {
+				return "none"
+			}
+			return humanDuration(d)
+		},
+		"truncate": truncate,
+		"prettyJSON": func(raw json.RawMessage) string {
+			if len(raw) == 0 || string(raw) == "null" {
+				return "(hidden)"
+			}
+			var b bytes.Buffer
+			if err := json.Indent(&b, raw, "", "  "); err != nil {
+				return string(raw)
+			}
+			return b.String()
+		},
+		"verb": func(action string) string { return actions[action].verb },
+	}
+	t, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("adminhttp: parse templates: %w", err)
+	}
+	return t, nil
+}
+
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func (s *Server) styleCSS(w http.ResponseWriter, _ *http.Request) {
+	css, _ := assets.ReadFile("static/style.css")
+	w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	w.Header().Set("Cache-Control", "max-age=300")
+	_, _ = w.Write(css)
+}
+
+// pageData is what every page template gets.
+type pageData struct {
+	Title    string
+	CSRF     string
+	TokenSet bool
+	RiverUI  bool
+	Body     any
+}
+
+type pageHandler func(w http.ResponseWriter, r *http.Request) error
+
+// page authenticates a dashboard request (sending a browser without a
+// session to /login), starts a session when no token is configured, and
+// checks the CSRF token of every POST not authenticated by bearer token.
+func (s *Server) page(h pageHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := s.authenticate(r)
+		switch a.kind {
+		case authForged:
+			s.renderError(w, r, http.StatusUnauthorized, "The bearer token is not right.")
+			return
+		case authNone:
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			s.renderError(w, r, http.StatusUnauthorized, "Your session has expired: sign in again.")
+			return
+		case authOpen:
+			if a.session == "" {
+				v, err := s.keys.newSession(s.cfg.Now())
+				if err != nil {
+					s.renderError(w, r, http.StatusInternalServerError, "Could not start a session.")
+					return
+				}
+				s.setSessionCookie(w, r, v)
+				a.session = v
+			}
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+			if err := r.ParseForm(); err != nil {
+				if isTooLarge(err) {
+					s.renderError(w, r, http.StatusRequestEntityTooLarge, "The form is too large.")
+				} else {
+					s.renderError(w, r, http.StatusBadRequest, "The form could not be read.")
+				}
+				return
+			}
+			if a.needsCSRF() && !s.keys.validCSRF(a.session, r.PostForm.Get(csrfField)) {
+				s.renderError(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale: reload the page and try again.")
+				return
+			}
+		}
+		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, a))
+		if err := h(w, r); err != nil {
+			status, _, msg := s.classify(r, err)
+			s.renderError(w, r, status, msg)
+		}
+	})
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name, title string, body any) {
+	a := authFrom(r.Context())
+	data := pageData{Title: title, TokenSet: s.keys.tokenSet, RiverUI: s.riverUI != nil, Body: body}
+	if a.session != "" {
+		data.CSRF = s.keys.csrfToken(a.session)
+	}
+	var buf bytes.Buffer
+	if err := s.pages.ExecuteTemplate(&buf, name, data); err != nil {
+		s.cfg.Logger.ErrorContext(r.Context(), "render page", "template", name, "error", err)
+		http.Error(w, "internal error (logged by the server)", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type errorBody struct {
+	Status  int
+	Message string
+}
+
+func (s *Server) renderError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	s.render(w, r, status, "error.html", http.StatusText(status), errorBody{Status: status, Message: msg})
+}
+
+// stateCount is one state's count, linking to the list filtered by it.
+type stateCount struct {
+	State  intenttype.State
+	Count  int
+	Active bool
+}
+
+type listBody struct {
+	Counts   []stateCount
+	Total    int
+	Oldest   time.Duration
+	Form     url.Values
+	Checked  map[string]bool
+	States   []intenttype.State
+	Page     audit.Page
+	NextURL  string
+	FirstURL string
+	Error    string
+}
+
+func (s *Server) listPage(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	body := listBody{Form: q, Checked: map[string]bool{}, States: intenttype.States}
+	f, ferr := parseFilter(q, s.cfg.Now())
+	status := http.StatusOK
+	if ferr == nil && hasEmpty(q) {
+		// A submitted filter form sends every field: keep the URL short.
+		clean := filterQuery(f)
+		if f.Cursor != "" {
+			clean.Set("cursor", f.Cursor)
+		}
+		http.Redirect(w, r, "/?"+clean.Encode(), http.StatusSeeOther)
+		return nil
+	}
+	if ferr != nil {
+		var reqErr *requestError
+		if !errors.As(ferr, &reqErr) {
+			return ferr
+		}
+		body.Error = reqErr.Msg
+		status = reqErr.Status
+	}
+	stats, err := s.cfg.Audit.Stats(r.Context())
+	if err != nil {
+		return err
+	}
+	for _, st := range f.States {
+		body.Checked[string(st)] = true
+	}
+	for _, st := range intenttype.States {
+		n := stats.ByState[st]
+		body.Total += n
+		body.Counts = append(body.Counts, stateCount{State: st, Count: n, Active: len(f.States) == 1 && f.States[0] == st})
+	}
+	body.Oldest = stats.OldestPendingAge
+	if ferr == nil {
+		page, err := s.cfg.Audit.List(r.Context(), f)
+		if err != nil {
+			if !errors.Is(err, audit.ErrInvalidFilter) {
+				return err
+			}
+			body.Error = err.Error()
+			status = http.StatusBadRequest
+		}
+		body.Page = page
+		if page.NextCursor != "" {
+			next := filterQuery(f)
+			next.Set("cursor", page.NextCursor)
+			body.NextURL = "/?" + next.Encode()
+		}
+		if f.Cursor != "" {
+			body.FirstURL = "/?" + filterQuery(f).Encode()
+		}
+	}
+	s.render(w, r, status, "list.html", "Intents", body)
+	return nil
+}
+
+func hasEmpty(q url.Values) bool {
+	for _, vs := range q {
+		for _, v := range vs {
+			if strings.TrimSpace(v) == "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type detailBody struct {
+	Detail  audit.Detail
+	Actions []string
+	Done    string
+}
+
+func (s *Server) detailPage(w http.ResponseWriter, r *http.Request) error {
+	ref := r.PathValue("ref")
+	if err := checkRef(ref); err != nil {
+		return err
+	}
+	d, err := s.cfg.Audit.Get(r.Context(), ref)
+	if err != nil {
+		return err
+	}
+	body := detailBody{Detail: d, Actions: offered(d.Intent.State)}
+	if done := r.URL.Query().Get("done"); actions[done].verb != "" {
+		body.Done = done
+	}
+	s.render(w, r, http.StatusOK, "detail.html", fmt.Sprintf("Intent %d", d.Intent.ID), body)
+	return nil
+}
+
+// offered lists the actions the dashboard offers for an intent in state.
+func offered(state intenttype.State) []string {
+	var out []string
+	for _, name := range []string{"retry", "resolve", "cancel"} {
+		for _, from := range actions[name].kind.AllowedFrom() {
+			if from == state {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+type confirmBody struct {
+	Intent  intenttype.Intent
+	Action  string
+	Allowed bool
+	From    []intenttype.State
+	Error   string
+	Reason  string
+	As      string
+	Actor   string
+}
+
+func (s *Server) loadForAction(r *http.Request) (confirmBody, error) {
+	action := r.PathValue("action")
+	if actions[action].verb == "" {
+		return confirmBody{}, &requestError{Status: http.StatusNotFound, Msg: fmt.Sprintf("unknown action %q (known: retry, cancel, resolve)", truncate(action, 40))}
+	}
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return confirmBody{}, err
+	}
+	d, err := s.cfg.Audit.Get(r.Context(), strconv.FormatInt(id, 10))
+	if err != nil {
+		return confirmBody{}, err
+	}
+	b := confirmBody{Intent: d.Intent, Action: action, From: actions[action].kind.AllowedFrom()}
+	for _, from := range b.From {
+		b.Allowed = b.Allowed || from == d.Intent.State
+	}
+	return b, nil
+}
+
+func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request) error {
+	b, err := s.loadForAction(r)
+	if err != nil {
+		return err
+	}
+	b.As = string(intenttype.StateSucceeded)
+	s.render(w, r, http.StatusOK, "confirm.html", fmt.Sprintf("%s intent %d", actions[b.Action].verb, b.Intent.ID), b)
+	return nil
+}
+
+func (s *Server) actionSubmit(w http.ResponseWriter, r *http.Request) error {
+	b, err := s.loadForAction(r)
+	if err != nil {
+		return err
+	}
+	b.Reason, b.As, b.Actor = r.PostForm.Get("reason"), r.PostForm.Get("as"), strings.TrimSpace(r.PostForm.Get("actor"))
+	again := func(status int, msg string) error {
+		b.Error = msg
+		s.render(w, r, status, "confirm.html", fmt.Sprintf("%s intent %d", actions[b.Action].verb, b.Intent.ID), b)
+		return nil
+	}
+	if r.PostForm.Get("confirmed") != "yes" {
+		return again(http.StatusBadRequest, "Tick the confirmation box first.")
+	}
+	if strings.TrimSpace(b.Reason) == "" {
+		return again(http.StatusBadRequest, "Give a reason: it goes into the intent's event log.")
+	}
+	actor := "dashboard"
+	if b.Actor != "" {
+		actor = "dashboard:" + b.Actor
+	}
+	// The action applies only if the intent is still in the state the
+	// operator saw on the confirmation page.
+	req := actionRequest{Reason: b.Reason, IfState: r.PostForm.Get("seen_state")}
+	if b.Action == "resolve" {
+		req.As = b.As
+	}
+	if _, err := s.act(r, b.Intent.ID, b.Action, req, actor); err != nil {
+		status, _, msg := s.classify(r, err)
+		if status >= 500 {
+			return err
+		}
+		return again(status, msg)
+	}
+	http.Redirect(w, r, fmt.Sprintf("/intents/%d?done=%s", b.Intent.ID, b.Action), http.StatusSeeOther)
+	return nil
+}
+
+type loginBody struct {
+	Next  string
+	Error string
+}
+
+// safeNext keeps a post-login redirect on this server.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+		return "/"
+	}
+	return next
+}
+
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	next := safeNext(r.URL.Query().Get("next"))
+	if !s.keys.tokenSet || s.authenticate(r).kind == authCookie {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	s.render(w, r, http.StatusOK, "login.html", "Sign in", loginBody{Next: next})
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		s.renderError(w, r, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	next := safeNext(r.PostForm.Get("next"))
+	if !s.keys.tokenSet {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	if !s.keys.tokenMatches(strings.TrimSpace(r.PostForm.Get("token"))) {
+		s.cfg.Logger.WarnContext(r.Context(), "admin sign-in refused: wrong token", "remote_addr", r.RemoteAddr)
+		s.render(w, r, http.StatusUnauthorized, "login.html", "Sign in", loginBody{Next: next, Error: "That token is not right."})
+		return
+	}
+	v, err := s.keys.newSession(s.cfg.Now())
+	if err != nil {
+		s.renderError(w, r, http.StatusInternalServerError, "Could not start a session.")
+		return
+	}
+	s.setSessionCookie(w, r, v)
+	s.cfg.Logger.InfoContext(r.Context(), "admin sign-in", "remote_addr", r.RemoteAddr)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
+	s.clearSessionCookie(w, r)
+	target := "/login"
+	if !s.keys.tokenSet {
+		target = "/"
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+	return nil
+}

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
+	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
+)
+
+// Defaults for outboxd doubles.
+const (
+	defaultStripeDoubleAddr   = "127.0.0.1:12111"
+	defaultSendGridDoubleAddr = "127.0.0.1:12112"
+)
+
+func runDoubles(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("doubles", "doubles [flags]", `
+Serves local doubles of Stripe and SendGrid for development: the real
+stripe-go and sendgrid-go clients (and so 'outboxd run') talk to them
+unchanged. The Stripe double honours idempotency keys as Stripe does; the
+SendGrid double keeps no idempotency, like SendGrid. Both count the effects
+they performed, served as JSON at /_double/stats.
+
+With --fault-rate, that share of effect-causing requests (payments, emails)
+fails the way real providers do, spread evenly over: response lost after
+acting, 500 after acting, 500 before acting, 429, and a one-second delay.
+--seed makes the faults repeatable.
+
+Prints the environment to export so that 'outboxd run' uses the doubles, then
+serves until SIGINT or SIGTERM. Everything lives in memory and is lost at
+exit.`, env)
+	stripeAddr := fs.String("stripe-addr", defaultStripeDoubleAddr, "address the Stripe double listens on (host:port; port 0 picks a free one)")
+	sendgridAddr := fs.String("sendgrid-addr", defaultSendGridDoubleAddr, "address the SendGrid double listens on (host:port; port 0 picks a free one)")
+	faultRate := fs.Float64("fault-rate", 0, "share of effect-causing requests that get a fault, from 0 to 1, spread evenly over the fault kinds")
+	seed := fs.Uint64("seed", 1, "seed for the faults; the same seed repeats the same choices")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *faultRate < 0 || *faultRate > 1 {
+		return usageErrorf("--fault-rate must be between 0 and 1, got %g", *faultRate)
+	}
+	stripeFaults, sendgridFaults := fault.New(*seed), fault.New(*seed+1)
+	share := *faultRate / 5
+	rates := fault.Rates{LoseResponse: share, ErrorAfter: share, ErrorBefore: share, RateLimit: share, Delay: share,
+		DelayFor: time.Second, RetryAfter: time.Second}
+	for _, f := range []*fault.Injector{stripeFaults, sendgridFaults} {
+		if err := f.SetRates(rates); err != nil {
+			return usageErrorf("--fault-rate: %v", err)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	stripe, err := stripedouble.NewServer(stripedouble.Config{Addr: *stripeAddr, Faults: stripeFaults})
+	if err != nil {
+		return fmt.Errorf("--stripe-addr: %w", err)
+	}
+	sendgrid, err := sendgriddouble.NewServer(sendgriddouble.Config{Addr: *sendgridAddr, Faults: sendgridFaults})
+	if err != nil {
+		_ = stripe.Close()
+		return fmt.Errorf("--sendgrid-addr: %w", err)
+	}
+
+	fmt.Fprintf(env.Stdout, `Stripe double    %[1]s   (stats: %[1]s/_double/stats)
+SendGrid double  %[2]s   (stats: %[2]s/_double/stats)
+Faults           %[3]g of payments and emails (seed %[4]d)
+
+To use them, export:
+  export STRIPE_API_BASE=%[1]s
+  export STRIPE_API_KEY=%[5]s
+  export SENDGRID_API_BASE=%[2]s
+  export SENDGRID_API_KEY=%[6]s
+
+Serving until SIGINT or SIGTERM.
+`, stripe.URL(), sendgrid.URL(), *faultRate, *seed, stripedouble.DefaultAPIKey, sendgriddouble.DefaultAPIKey)
+
+	<-ctx.Done()
+	// The doubles close their connections at once: a request still held by
+	// a delay fault is cut, as a provider restarting would cut it.
+	stripeErr, sendgridErr := stripe.Close(), sendgrid.Close()
+	if stripeErr != nil {
+		return fmt.Errorf("stop the Stripe double: %w", stripeErr)
+	}
+	if sendgridErr != nil {
+		return fmt.Errorf("stop the SendGrid double: %w", sendgridErr)
+	}
+	st, sg := stripe.Stats(), sendgrid.Stats()
+	fmt.Fprintf(env.Stdout, "Stopped. Stripe double: %d PaymentIntents, %d replays, %d duplicate effects. SendGrid double: %d emails.\n",
+		st.PaymentIntents, st.Replays, st.DuplicateEffects, sg.Emails)
+	return nil
+}

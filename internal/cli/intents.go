@@ -1,0 +1,556 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/audit"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+	"github.com/outboxkit/outbox/providers/stripeprovider"
+)
+
+type intentsSubcommand struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, env Env) error
+}
+
+func intentsSubcommands() []intentsSubcommand {
+	return []intentsSubcommand{
+		{"list", "list intents, newest first, filtered by state, kind, consumer, ...", runIntentsList},
+		{"show", "show one intent: its redacted payload, every attempt and its event log", runIntentsShow},
+		{"retry", "resend an in_doubt intent (the operator checked the effect did not happen)", runIntentsRetry},
+		{"cancel", "cancel a pending or in_doubt intent", runIntentsCancel},
+		{"resolve", "settle an in_doubt intent as succeeded or failed", runIntentsResolve},
+	}
+}
+
+const intentsOverview = `Usage: outboxd intents <subcommand> [flags]
+
+Inspect intents and act on them as an operator. Payloads are shown redacted.
+Every action (retry, cancel, resolve) is checked against the intent's state
+diagram, and written to the intent's event log with who (--actor, recorded
+as "operator:<actor>") and why (--reason); an action the diagram does not
+allow changes nothing and exits 1.
+
+Subcommands:
+%s
+Run 'outboxd intents <subcommand> --help' for its flags.
+`
+
+func intentsUsage(w io.Writer) {
+	var b strings.Builder
+	for _, c := range intentsSubcommands() {
+		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, intentsOverview, b.String())
+}
+
+func runIntents(ctx context.Context, args []string, env Env) error {
+	if len(args) == 0 {
+		intentsUsage(env.Stderr)
+		return usageErrorf("name a subcommand: list, show, retry, cancel or resolve")
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		intentsUsage(env.Stdout)
+		return nil
+	}
+	for _, c := range intentsSubcommands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], env)
+		}
+	}
+	return usageErrorf("unknown subcommand %q (want list, show, retry, cancel or resolve)", args[0])
+}
+
+// listFlag is a repeatable flag whose values may also be comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*l = append(*l, part)
+		}
+	}
+	return nil
+}
+
+// filterFlag names the flag that sets an audit.Filter field, so a bad
+// filter is reported by the flag's name.
+func filterFlag(field string) string {
+	switch field {
+	case "States":
+		return "--state"
+	case "Kinds":
+		return "--kind"
+	case "Providers":
+		return "--provider"
+	case "MessageID":
+		return "--message-id"
+	case "CreatedSince":
+		return "--since"
+	case "CreatedUntil":
+		return "--until"
+	}
+	return "--" + strings.ToLower(field) // Consumer, Reference, Cursor, Limit
+}
+
+func runIntentsList(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("intents list", "intents list [flags]", `
+Lists intents, newest first, as a table (id, state, kind, reference,
+attempts, age, last error), one page at a time: when there are more, the
+last line says which --cursor continues. Filters combine (all must match);
+--state, --kind and --provider may be repeated or comma-separated.
+
+Examples:
+  outboxd intents list --state in_doubt
+  outboxd intents list --state pending,dispatching --since 24h
+  outboxd intents list --reference order-42 --json`, env)
+	var dbURL string
+	registerDatabaseFlag(fs, env, &dbURL)
+	var states, kinds, providerNames listFlag
+	fs.Var(&states, "state", "keep intents in this state: "+stateList()+" (repeatable, or comma-separated)")
+	fs.Var(&kinds, "kind", "keep intents of this kind, e.g. "+stripeprovider.KindPaymentIntent+" (repeatable)")
+	fs.Var(&providerNames, "provider", "keep intents of this provider: "+stripeprovider.Name+" or "+sendgridprovider.Name+" (repeatable)")
+	consumer := fs.String("consumer", "", "keep intents recorded by this consumer")
+	messageID := fs.String("message-id", "", "keep intents recorded for this message id")
+	reference := fs.String("reference", "", "keep intents with this business reference")
+	since := fs.String("since", "", "keep intents created at or after this time: RFC 3339 (2024-05-01T12:00:00Z) or a duration ago (90m, 24h, 7d)")
+	until := fs.String("until", "", "keep intents created before this time: RFC 3339 or a duration ago")
+	limit := fs.Int("limit", audit.DefaultPageSize, fmt.Sprintf("intents per page, 1 to %d", audit.MaxPageSize))
+	cursor := fs.String("cursor", "", "continue from a previous page (its 'next page' hint)")
+	asJSON := fs.Bool("json", false, `print the page as JSON: {"intents": [...], "next_cursor": "..."}`)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	now := time.Now()
+	f := audit.Filter{Kinds: kinds, Providers: providerNames, Consumer: *consumer, MessageID: *messageID,
+		Reference: *reference, Cursor: *cursor, Limit: *limit}
+	for _, s := range states {
+		f.States = append(f.States, intenttype.State(s))
+	}
+	var err error
+	if f.CreatedSince, err = parseWhen("--since", *since, now); err != nil {
+		return err
+	}
+	if f.CreatedUntil, err = parseWhen("--until", *until, now); err != nil {
+		return err
+	}
+	if f.Limit == 0 {
+		return usageErrorf("--limit must be between 1 and %d, got 0", audit.MaxPageSize)
+	}
+	if err := f.Validate(); err != nil {
+		return filterUsageError(err)
+	}
+	store, closeStore, err := openStore(ctx, dbURL, env)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	page, err := store.List(ctx, f)
+	if err != nil {
+		return filterUsageError(err)
+	}
+	if *asJSON {
+		return writeJSON(env.Stdout, page)
+	}
+	if len(page.Intents) == 0 {
+		fmt.Fprintln(env.Stdout, "no intents match")
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tKIND\tREFERENCE\tATTEMPTS\tAGE\tLAST ERROR")
+	for _, in := range page.Intents {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, in.State, in.Kind, orDash(oneLine(in.Reference, 32)),
+			in.AttemptCount, age(now.Sub(in.CreatedAt)), orDash(oneLine(in.LastError, 60)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.NextCursor != "" {
+		fmt.Fprintf(env.Stdout, "next page: --cursor %s\n", page.NextCursor)
+	}
+	return nil
+}
+
+func runIntentsShow(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("intents show", "intents show ID|KEY [flags]", `
+Shows one intent, found by its numeric id or its idempotency key: its
+fields, its payload (redacted by its provider's rule), every attempt (start,
+end, outcome, HTTP status, whether the provider replayed a saved answer,
+the provider's reference, the error) and its event log, oldest first.
+Exits 1 if there is no such intent.`, env)
+	var dbURL string
+	registerDatabaseFlag(fs, env, &dbURL)
+	asJSON := fs.Bool("json", false, `print the intent as JSON: {"intent": {...}, "attempts": [...], "events": [...]}`)
+	idOrKey, err := parseOnePositional(fs, args, "ID|KEY")
+	if err != nil {
+		return err
+	}
+	store, closeStore, err := openStore(ctx, dbURL, env)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	d, err := store.Get(ctx, idOrKey)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(env.Stdout, d)
+	}
+	return printDetail(env.Stdout, d, time.Now())
+}
+
+func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
+	in := d.Intent
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "intent\t%d\n", in.ID)
+	fmt.Fprintf(tw, "state\t%s\n", in.State)
+	fmt.Fprintf(tw, "kind\t%s (provider %s)\n", in.Kind, in.Provider)
+	fmt.Fprintf(tw, "idempotency key\t%s\n", in.IdempotencyKey)
+	if in.Consumer != "" || in.MessageID != "" {
+		fmt.Fprintf(tw, "message\t%s from consumer %s\n", orDash(in.MessageID), orDash(in.Consumer))
+	}
+	if in.Name != "" {
+		fmt.Fprintf(tw, "name\t%s\n", in.Name)
+	}
+	fmt.Fprintf(tw, "reference\t%s\n", orDash(in.Reference))
+	fmt.Fprintf(tw, "attempts\t%d\n", in.AttemptCount)
+	fmt.Fprintf(tw, "provider reference\t%s\n", orDash(in.ProviderRef))
+	fmt.Fprintf(tw, "last error\t%s\n", orDash(oneLine(in.LastError, 500)))
+	fmt.Fprintf(tw, "created\t%s (%s ago)\n", stamp(in.CreatedAt), age(now.Sub(in.CreatedAt)))
+	fmt.Fprintf(tw, "updated\t%s\n", stamp(in.UpdatedAt))
+	if in.FinishedAt != nil {
+		fmt.Fprintf(tw, "finished\t%s\n", stamp(*in.FinishedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\npayload (redacted):")
+	var pretty strings.Builder
+	var v any
+	if err := json.Unmarshal(in.Payload, &v); err == nil {
+		out, _ := json.MarshalIndent(v, "  ", "  ")
+		pretty.Write(out)
+	} else {
+		pretty.Write(in.Payload)
+	}
+	fmt.Fprintf(w, "  %s\n", pretty.String())
+
+	fmt.Fprintf(w, "\nattempts (%d):\n", len(d.Attempts))
+	if len(d.Attempts) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  #\tSTARTED\tENDED\tOUTCOME\tHTTP\tREPLAYED\tPROVIDER REF\tERROR")
+		for _, a := range d.Attempts {
+			ended, outcome := "-", a.Outcome
+			if a.FinishedAt != nil {
+				ended = stamp(*a.FinishedAt)
+			}
+			if outcome == "" {
+				outcome = "(no outcome: in flight or cut short)"
+			}
+			status := "-"
+			if a.HTTPStatus != 0 {
+				status = strconv.Itoa(a.HTTPStatus)
+			}
+			replayed := "no"
+			if a.Replayed {
+				replayed = "yes"
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(a.StartedAt), ended, outcome, status, replayed,
+				orDash(a.ProviderRef), orDash(oneLine(a.Error, 120)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintf(w, "\nevents (%d):\n", len(d.Events))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  AT\tACTOR\tCHANGE\tREASON")
+	for _, e := range d.Events {
+		change := string(e.ToState)
+		if e.FromState != "" {
+			change = string(e.FromState) + " -> " + change
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", stamp(e.At), e.Actor, change, orDash(oneLine(e.Reason, 200)))
+	}
+	return tw.Flush()
+}
+
+// actionFlags are the flags every operator action takes.
+type actionFlags struct {
+	dbURL       string
+	actor       string
+	reason      *string
+	expectState *string
+	asJSON      *bool
+}
+
+func (a *actionFlags) register(fs *flag.FlagSet, env Env) {
+	registerDatabaseFlag(fs, env, &a.dbURL)
+	actor := env.Getenv("USER")
+	if actor == "" {
+		actor = "operator"
+	}
+	fs.StringVar(&a.actor, "actor", actor, `who acts, recorded as "operator:<actor>" (default $USER, else "operator")`)
+	a.reason = fs.String("reason", "", fmt.Sprintf("why; recorded in the event log (required, at most %d characters)", audit.MaxReasonLength))
+	a.expectState = fs.String("expect-state", "", "act only if the intent is still in this state (the one you saw); otherwise change nothing and exit 1")
+	a.asJSON = fs.Bool("json", false, "print the intent, as it now is, as JSON")
+}
+
+// actionArgFlag names the flag that sets an action's argument
+// (audit.FieldError.Field).
+func actionArgFlag(field string) string {
+	switch field {
+	case "if_state":
+		return "--expect-state"
+	case "id":
+		return "ID"
+	}
+	return "--" + field // actor, reason, as
+}
+
+func runIntentsRetry(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("intents retry", "intents retry ID|KEY --reason TEXT [flags]", `
+Resends an in_doubt intent: moves it back to pending and enqueues its
+dispatch job, in one transaction. Do this only after checking at the
+provider that the effect did not happen: the dispatcher then performs it
+once more, even past the provider's idempotency-key window (for Stripe,
+within the window a repeat is answered with Stripe's saved response).
+Any other state: nothing changes, exit 1.`, env)
+	var af actionFlags
+	af.register(fs, env)
+	return runAction(ctx, fs, args, env, &af, audit.ActionResend, func() (intenttype.State, error) { return "", nil })
+}
+
+func runIntentsCancel(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("intents cancel", "intents cancel ID|KEY --reason TEXT [flags]", `
+Cancels a pending or in_doubt intent for good: it will not be attempted
+(again). Any other state: nothing changes, exit 1.`, env)
+	var af actionFlags
+	af.register(fs, env)
+	return runAction(ctx, fs, args, env, &af, audit.ActionCancel, func() (intenttype.State, error) { return "", nil })
+}
+
+func runIntentsResolve(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("intents resolve", "intents resolve ID|KEY --as succeeded|failed --reason TEXT [flags]", `
+Settles an in_doubt intent after you found out at the provider what
+happened: --as succeeded if the effect happened, --as failed if it did not
+and must not be attempted again. Any other state: nothing changes, exit 1.`, env)
+	var af actionFlags
+	af.register(fs, env)
+	as := fs.String("as", "", "succeeded or failed (required)")
+	return runAction(ctx, fs, args, env, &af, audit.ActionResolve, func() (intenttype.State, error) {
+		switch *as {
+		case string(intenttype.StateSucceeded), string(intenttype.StateFailed):
+			return intenttype.State(*as), nil
+		case "":
+			return "", usageErrorf("--as is required: succeeded or failed")
+		}
+		return "", usageErrorf("--as %q: want succeeded or failed", *as)
+	})
+}
+
+// runAction parses an action's arguments, validates them before
+// connecting, and carries the action out.
+func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af *actionFlags, kind audit.ActionKind, target func() (intenttype.State, error)) error {
+	idOrKey, err := parseOnePositional(fs, args, "ID|KEY")
+	if err != nil {
+		return err
+	}
+	as, err := target()
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(*af.reason) == "" {
+		return usageErrorf("--reason is required: say why, for the event log")
+	}
+	action := audit.Action{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason, IfState: intenttype.State(*af.expectState)}
+	id, numeric := parseID(idOrKey)
+	action.IntentID = max(id, 1) // validated for real once a key is looked up
+	if err := action.Validate(); err != nil {
+		return actionUsageError(err)
+	}
+	store, closeStore, err := openStore(ctx, af.dbURL, env)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	if !numeric {
+		d, err := store.Get(ctx, idOrKey)
+		if err != nil {
+			return err
+		}
+		id = d.Intent.ID
+	}
+	action.IntentID = id
+	in, err := store.Act(ctx, action)
+	var te *audit.TransitionError
+	switch {
+	case errors.As(err, &te):
+		return fmt.Errorf("%w; nothing was changed", err)
+	case errors.Is(err, audit.ErrInvalidInput):
+		return actionUsageError(err)
+	case err != nil:
+		return err
+	}
+	if *af.asJSON {
+		return writeJSON(env.Stdout, in)
+	}
+	note := ""
+	if kind == audit.ActionResend {
+		note = "; a dispatch job is enqueued"
+	}
+	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, kind, audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix), note)
+	return nil
+}
+
+// parseOnePositional parses flags that may come before or after one
+// positional argument, and requires exactly one.
+func parseOnePositional(fs *flag.FlagSet, args []string, what string) (string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return "", err
+			}
+			return "", fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	switch len(positional) {
+	case 0:
+		return "", usageErrorf("give the intent's %s", what)
+	case 1:
+		if positional[0] == "" {
+			return "", usageErrorf("the intent's %s is empty", what)
+		}
+		return positional[0], nil
+	}
+	return "", usageErrorf("unexpected argument %q: give one intent's %s", positional[1], what)
+}
+
+// parseID reports whether s is a positive intent id.
+func parseID(s string) (int64, bool) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil && id > 0
+}
+
+// openStore connects and returns an audit.Store that redacts with every
+// provider's rule (no credentials needed) and a function that closes it.
+func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, func(), error) {
+	pf := providerFlags{enabled: "stripe,sendgrid", stripeBase: stripeprovider.DefaultBaseURL, sendgridBase: sendgridprovider.DefaultBaseURL}
+	registry, err := pf.registry(env, false, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := openPool(ctx, dbURL, 4)
+	if err != nil {
+		return nil, nil, err
+	}
+	return audit.New(pool, registry), pool.Close, nil
+}
+
+func filterUsageError(err error) error {
+	var fe *audit.FieldError
+	if errors.As(err, &fe) {
+		return usageErrorf("%s: %s", filterFlag(fe.Field), fe.Problem)
+	}
+	return err
+}
+
+func actionUsageError(err error) error {
+	var fe *audit.FieldError
+	if errors.As(err, &fe) {
+		return usageErrorf("%s: %s", actionArgFlag(fe.Field), fe.Problem)
+	}
+	return err
+}
+
+// parseWhen reads an RFC 3339 time or a duration before now ("24h", "7d").
+func parseWhen(flagName, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	var d time.Duration
+	var err error
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		var n int
+		n, err = strconv.Atoi(days)
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		d, err = time.ParseDuration(v)
+	}
+	if err != nil || d < 0 {
+		return time.Time{}, usageErrorf("%s %q: want an RFC 3339 time (2024-05-01T12:00:00Z) or a duration ago (90m, 24h, 7d)", flagName, v)
+	}
+	return now.Add(-d), nil
+}
+
+func stateList() string {
+	names := make([]string, len(intenttype.States))
+	for i, s := range intenttype.States {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// age formats a duration as an operator reads it: 45s, 12m, 5h12m, 3d4h.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine flattens s to one line of at most n runes, for a table cell.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

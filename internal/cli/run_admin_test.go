@@ -1,0 +1,131 @@
+package cli_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
+)
+
+// TestRunRefusesAnExposedAdminServerWithoutToken: a non-loopback
+// --admin-addr needs OUTBOXD_ADMIN_TOKEN, checked before the database is
+// tried.
+func TestRunRefusesAnExposedAdminServerWithoutToken(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"DATABASE_URL":     "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1",
+		"STRIPE_API_KEY":   secretStripeKey,
+		"SENDGRID_API_KEY": sendgriddouble.DefaultAPIKey,
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		code int
+		want []string
+	}{
+		{[]string{"--admin-addr", "0.0.0.0:8080"}, env, 2, []string{"refusing to start", "OUTBOXD_ADMIN_TOKEN", "OUTBOXD_ADMIN_TOKEN_FILE", "0.0.0.0:8080"}},
+		{[]string{"--admin-addr", ":9090"}, env, 2, []string{"OUTBOXD_ADMIN_TOKEN"}},
+		{[]string{"--admin-addr", ":9090"}, vars(env, "OUTBOXD_ADMIN_TOKEN", "short"), 2, []string{"OUTBOXD_ADMIN_TOKEN must be at least 16 bytes"}},
+		{[]string{"--admin-addr", ":9090"}, vars(env, "OUTBOXD_ADMIN_TOKEN_FILE", "/nonexistent/admin-token"), 1, []string{"OUTBOXD_ADMIN_TOKEN_FILE"}},
+		{[]string{"--admin-addr", "8080"}, env, 2, []string{"--admin-addr", "host:port"}},
+	} {
+		r := outboxd(t, invocation{env: tc.env, args: append([]string{"run"}, tc.args...)})
+		if r.code != tc.code {
+			t.Errorf("run %q: %s; want exit %d", tc.args, r, tc.code)
+			continue
+		}
+		wantContains(t, fmt.Sprintf("run %q stderr", tc.args), r.stderr, tc.want...)
+		if strings.Contains(r.stderr, "connect to database") {
+			t.Errorf("run %q tried the database before checking the admin token:\n%s", tc.args, r.stderr)
+		}
+	}
+}
+
+var adminListening = regexp.MustCompile(`admin server listening.*addr=(127\.0\.0\.1:\d+)`)
+
+// TestRunServesTheAdminServer: `outboxd run --admin-addr` serves probes,
+// metrics and the API next to the dispatcher, and stops with it.
+func TestRunServesTheAdminServer(t *testing.T) {
+	t.Parallel()
+	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", "127.0.0.1:0")...)
+	var base string
+	deadline := time.Now().Add(30 * time.Second)
+	for base == "" {
+		if m := adminListening.FindStringSubmatch(rd.stderr.String()); m != nil {
+			base = "http://" + m[1]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 'admin server listening' log line within 30s:\n%s", rd.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("/metrics: %d, want Prometheus metrics", code)
+	}
+
+	// A message posted to the API is recorded and performed.
+	resp, err := http.Post(base+"/api/v1/messages", "application/json",
+		strings.NewReader(line("order-77", "billing", intent("sendgrid.email", "", emailPayload))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /api/v1/messages: %d, want 201", resp.StatusCode)
+	}
+	rd.waitForStates(t, 1, func(state string) bool { return state == "succeeded" })
+
+	if code, took := rd.stop(t); code != 0 {
+		t.Fatalf("run returned %d after cancellation\n%s", code, rd.stderr.String())
+	} else {
+		t.Logf("run stopped %s after cancellation", took.Round(time.Millisecond))
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Errorf("the admin server still answers after run returned")
+	}
+}
+
+// TestRunFailsWhenTheGivenAdminAddressIsTaken: an address given with
+// --admin-addr must work; the dispatcher is stopped again.
+func TestRunFailsWhenTheGivenAdminAddressIsTaken(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", ln.Addr().String())...)
+	select {
+	case code := <-rd.done:
+		rd.done <- code
+		if code != 1 {
+			t.Errorf("run with a taken --admin-addr returned %d, want 1", code)
+		}
+		wantContains(t, "stderr", rd.stderr.String(), "listen on "+ln.Addr().String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("run with a taken --admin-addr did not stop within 60s\n%s", rd.stderr.String())
+	}
+}

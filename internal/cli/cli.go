@@ -115,14 +115,40 @@ func newFlagSet(name, synopsis, description string, env Env) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: outboxd %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(description))
+		fmt.Fprintf(fs.Output(), "Usage: outboxd %s\n\n%s\n\nFlags (each can also be set as OUTBOXD_<FLAG>, e.g. --log-format as OUTBOXD_LOG_FORMAT; the command line wins):\n", synopsis, strings.TrimSpace(description))
 		fs.PrintDefaults()
 	}
 	return fs
 }
 
-// parse parses flags and refuses positional arguments.
-func parse(fs *flag.FlagSet, args []string) error {
+// EnvName is the environment variable that sets a flag: OUTBOXD_ and the
+// flag's name in upper case with '-' as '_' (--max-attempts is
+// OUTBOXD_MAX_ATTEMPTS). A flag on the command line wins over it.
+func EnvName(flag string) string {
+	return "OUTBOXD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets every flag whose OUTBOXD_ variable is set, before the
+// command line is parsed.
+func applyEnv(fs *flag.FlagSet, env Env) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := EnvName(f.Name)
+		if v := env.Getenv(name); v != "" && err == nil {
+			if setErr := fs.Set(f.Name, v); setErr != nil {
+				err = usageErrorf("%s (for --%s): %v", name, f.Name, setErr)
+			}
+		}
+	})
+	return err
+}
+
+// parse applies the environment, parses flags and refuses positional
+// arguments.
+func parse(fs *flag.FlagSet, args []string, env Env) error {
+	if err := applyEnv(fs, env); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

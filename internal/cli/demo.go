@@ -41,7 +41,7 @@ honest outcome of an ambiguous email send: SendGrid cannot be asked.`, env)
 	var logs logFlags
 	logs.register(fs)
 	logs.level = "error"
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	if *orders < 1 || *orders > 100000 {

@@ -38,7 +38,7 @@ exit.`, env)
 	sendgridAddr := fs.String("sendgrid-addr", defaultSendGridDoubleAddr, "address the SendGrid double listens on (host:port; port 0 picks a free one)")
 	faultRate := fs.Float64("fault-rate", 0, "share of effect-causing requests that get a fault, from 0 to 1, spread evenly over the fault kinds")
 	seed := fs.Uint64("seed", 1, "seed for the faults; the same seed repeats the same choices")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	if *faultRate < 0 || *faultRate > 1 {

@@ -131,7 +131,7 @@ Examples:
 	limit := fs.Int("limit", audit.DefaultPageSize, fmt.Sprintf("intents per page, 1 to %d", audit.MaxPageSize))
 	cursor := fs.String("cursor", "", "continue from a previous page (its 'next page' hint)")
 	asJSON := fs.Bool("json", false, `print the page as JSON: {"intents": [...], "next_cursor": "..."}`)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	now := time.Now()
@@ -194,7 +194,7 @@ Exits 1 if there is no such intent.`, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
 	asJSON := fs.Bool("json", false, `print the intent as JSON: {"intent": {...}, "attempts": [...], "events": [...]}`)
-	idOrKey, err := parseOnePositional(fs, args, "ID|KEY")
+	idOrKey, err := parseOnePositional(fs, args, env, "ID|KEY")
 	if err != nil {
 		return err
 	}
@@ -368,7 +368,7 @@ and must not be attempted again. Any other state: nothing changes, exit 1.`, env
 // runAction parses an action's arguments, validates them before
 // connecting, and carries the action out.
 func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af *actionFlags, kind audit.ActionKind, target func() (intenttype.State, error)) error {
-	idOrKey, err := parseOnePositional(fs, args, "ID|KEY")
+	idOrKey, err := parseOnePositional(fs, args, env, "ID|KEY")
 	if err != nil {
 		return err
 	}
@@ -421,7 +421,10 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 
 // parseOnePositional parses flags that may come before or after one
 // positional argument, and requires exactly one.
-func parseOnePositional(fs *flag.FlagSet, args []string, what string) (string, error) {
+func parseOnePositional(fs *flag.FlagSet, args []string, env Env, what string) (string, error) {
+	if err := applyEnv(fs, env); err != nil {
+		return "", err
+	}
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {

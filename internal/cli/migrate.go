@@ -17,7 +17,7 @@ by an advisory lock. --down-to rolls the outbox's tables back (River's stay).`, 
 	downTo := fs.Int("down-to", -1, "roll the outbox schema back to this version (0 removes it); -1 migrates up")
 	var logs logFlags
 	logs.register(fs)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	if *downTo < -1 || *downTo > migrations.Latest() {

@@ -48,7 +48,7 @@ Exits 1 if any line was bad (the good ones are recorded).`, env)
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
 	var pf providerFlags
 	pf.register(fs, env, false)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	in := env.Stdin

@@ -65,7 +65,7 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	adminAddr := fs.String("admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminhttp.TokenEnv)
 	var logs logFlags
 	logs.register(fs)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	adminToken, err := loadAdminToken(env, *adminAddr)

@@ -20,7 +20,7 @@ dispatcher is behind or not running).`, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
 	asJSON := fs.Bool("json", false, `print the counts as JSON: {"total", "by_state", "by_kind_state", "in_doubt", "oldest_pending_age_ns"}`)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	pool, err := openPool(ctx, dbURL, 2)

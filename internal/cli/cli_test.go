@@ -310,7 +310,7 @@ func TestRecordAndMigrateRefuseBadFlags(t *testing.T) {
 		{[]string{"migrate", "--down-to", "x"}, "-down-to"},
 		{[]string{"record", "--file", filepath.Join(t.TempDir(), "missing.jsonl")}, "--file"},
 		{[]string{"record", "extra"}, `unexpected argument "extra"`},
-		{[]string{"record", "--providers", "stripe"}, "providers"}, // record has no --providers
+		{[]string{"record", "--providers", "fax"}, "fax"},
 		{[]string{"record", "--stripe-api-base", "::nope"}, "--stripe-api-base"},
 	} {
 		r := outboxd(t, invocation{env: env, args: tc.args})

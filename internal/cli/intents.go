@@ -457,11 +457,13 @@ func parseID(s string) (int64, bool) {
 	return id, err == nil && id > 0
 }
 
-// openStore connects and returns an audit.Store that redacts with every
-// provider's rule (no credentials needed) and a function that closes it.
+// openStore connects and returns an audit.Store that redacts with the
+// rule of every provider that needs no connection to redact (stripe,
+// sendgrid, rabbitmq; no credentials needed) and a function that closes it.
+// Payloads of other kinds are hidden entirely.
 func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, func(), error) {
-	pf := providerFlags{enabled: "stripe,sendgrid", stripeBase: stripeprovider.DefaultBaseURL, sendgridBase: sendgridprovider.DefaultBaseURL}
-	registry, err := pf.registry(env, false, nil)
+	pf := providerFlags{enabled: "stripe,sendgrid,rabbitmq", stripeBase: stripeprovider.DefaultBaseURL, sendgridBase: sendgridprovider.DefaultBaseURL}
+	registry, err := pf.registry(ctx, env, false, nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -47,7 +47,7 @@ Exits 1 if any line was bad (the good ones are recorded).`, env)
 	file := fs.String("file", "-", "input file of JSON lines; - reads stdin")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
 	var pf providerFlags
-	pf.register(fs, env, false)
+	pf.register(fs, env)
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
@@ -60,10 +60,11 @@ Exits 1 if any line was bad (the good ones are recorded).`, env)
 		defer f.Close()
 		in = f
 	}
-	registry, err := pf.registry(env, false, nil)
+	registry, err := pf.registry(ctx, env, false, nil, nil)
 	if err != nil {
 		return err
 	}
+	defer pf.close()
 	pool, err := openPool(ctx, dbURL, 4)
 	if err != nil {
 		return err

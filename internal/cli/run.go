@@ -50,7 +50,7 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
 	var pf providerFlags
-	pf.register(fs, env, true)
+	pf.register(fs, env)
 	workers := fs.Int("workers", dispatcher.DefaultMaxWorkers, "intents worked at once by this process")
 	maxAttempts := fs.Int("max-attempts", dispatcher.DefaultMaxAttempts, "attempts per intent before it fails")
 	callTimeout := fs.Duration("call-timeout", dispatcher.DefaultCallTimeout, "timeout of one call to a provider")
@@ -90,10 +90,11 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	if err != nil {
 		return err
 	}
-	registry, err := pf.registry(env, true, nil)
+	registry, err := pf.registry(ctx, env, true, nil, logger)
 	if err != nil {
 		return err
 	}
+	defer pf.close()
 
 	cfg := &dispatcher.Config{
 		Providers:            registry,

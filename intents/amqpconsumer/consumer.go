@@ -1,0 +1,265 @@
+package amqpconsumer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/sethvargo/go-retry"
+)
+
+// ErrRunning is returned by Run when the Consumer is already running.
+var ErrRunning = errors.New("amqpconsumer: Run is already running")
+
+// Consumer consumes one queue through the inbox. Create it with New and
+// start it with Run.
+type Consumer struct {
+	cfg         Config
+	amqpConfig  amqp.Config
+	redactedURL string
+	password    string
+	log         *slog.Logger
+	running     atomic.Bool
+	stats       counters
+}
+
+// New validates cfg, fills in its defaults and returns a Consumer. It does
+// not connect: Run does. Errors name the offending field and never quote
+// the URL.
+func New(cfg Config) (*Consumer, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	uri, _ := amqp.ParseURI(cfg.URL) // validated by withDefaults
+	c := &Consumer{cfg: cfg, password: uri.Password, redactedURL: redactURL(cfg.URL)}
+	if cfg.AMQPConfig != nil {
+		c.amqpConfig = *cfg.AMQPConfig
+	}
+	props := amqp.NewConnectionProperties()
+	for k, v := range c.amqpConfig.Properties {
+		props[k] = v
+	}
+	if _, ok := props["connection_name"]; !ok {
+		props["connection_name"] = "outbox amqpconsumer " + cfg.Consumer
+	}
+	c.amqpConfig.Properties = props
+	c.log = cfg.Logger.With("consumer", cfg.Consumer, "queue", cfg.Queue)
+	return c, nil
+}
+
+// String describes c without the URL's password.
+func (c *Consumer) String() string {
+	return fmt.Sprintf("amqpconsumer.Consumer{URL:%q Queue:%q Consumer:%q}", c.redactedURL, c.cfg.Queue, c.cfg.Consumer)
+}
+
+// Run consumes until ctx ends, then stops consuming, waits for the handlers
+// in flight (up to Config.ShutdownGrace), closes the connection and returns
+// ctx.Err(). It never returns because the broker is unreachable or the
+// connection drops: it logs and reconnects with backoff. A second Run while
+// one is running returns ErrRunning.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
+	backoff := c.newBackoff()
+	for {
+		started := time.Now()
+		connected, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if connected && time.Since(started) > c.cfg.ReconnectBackoffMax {
+			// A long healthy session: start the backoff over.
+			backoff = c.newBackoff()
+		}
+		wait, _ := backoff.Next()
+		msg := c.scrub(err.Error())
+		if connected {
+			c.log.WarnContext(ctx, "rabbitmq connection lost; reconnecting", "url", c.redactedURL, "error", msg, "retry_in", wait)
+		} else {
+			c.log.ErrorContext(ctx, "rabbitmq consumer cannot start; retrying", "url", c.redactedURL, "error", msg, "retry_in", wait)
+		}
+		if !sleep(ctx, wait) {
+			return ctx.Err()
+		}
+	}
+}
+
+func (c *Consumer) newBackoff() retry.Backoff {
+	return retry.WithCappedDuration(c.cfg.ReconnectBackoffMax,
+		retry.WithJitterPercent(20, retry.NewExponential(c.cfg.ReconnectBackoff)))
+}
+
+// session consumes over one connection until ctx ends or the connection,
+// channel or consumer is lost. connected reports whether consuming started.
+func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
+	conn, err := amqp.DialConfig(c.cfg.URL, c.amqpConfig)
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", err)
+	}
+	defer func() { _ = conn.CloseDeadline(time.Now().Add(c.cfg.PublishTimeout)) }()
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("set prefetch: %w", err)
+	}
+	tag := consumerTag(c.cfg.Consumer)
+	deliveries, err := ch.Consume(c.cfg.Queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return false, fmt.Errorf("consume queue %q: %w", c.cfg.Queue, err)
+	}
+	c.stats.connections.Add(1)
+	c.log.InfoContext(ctx, "consuming from rabbitmq", "url", c.redactedURL, "prefetch", c.cfg.Prefetch, "concurrency", c.cfg.Concurrency)
+
+	s := &session{conn: conn, pub: &publisher{conn: conn, timeout: c.cfg.PublishTimeout}}
+	defer s.pub.close()
+
+	// Handlers run on a context that outlives ctx by ShutdownGrace, so a
+	// shutdown lets them commit and ack.
+	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	var graceMu sync.Mutex
+	var grace *time.Timer
+	stopShutdown := context.AfterFunc(ctx, func() {
+		graceMu.Lock()
+		grace = time.AfterFunc(c.cfg.ShutdownGrace, cancelHandlers)
+		graceMu.Unlock()
+		_ = ch.Cancel(tag, false) // no new deliveries
+	})
+	defer func() {
+		stopShutdown()
+		graceMu.Lock()
+		if grace != nil {
+			grace.Stop()
+		}
+		graceMu.Unlock()
+	}()
+
+	var wg sync.WaitGroup
+	for range c.cfg.Concurrency {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case d, ok := <-deliveries:
+					if !ok {
+						return
+					}
+					if ctx.Err() != nil {
+						// Left unacked: the broker requeues it when the
+						// connection closes.
+						return
+					}
+					c.handle(ctx, handlerCtx, s, d)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return true, nil
+	}
+	select {
+	case e := <-connClosed:
+		if e != nil {
+			return true, e
+		}
+	default:
+	}
+	return true, errors.New("the channel was closed or the broker cancelled the consumer (was the queue deleted?)")
+}
+
+// session is what handlers share over one connection.
+type session struct {
+	conn *amqp.Connection
+	pub  *publisher
+}
+
+func consumerTag(consumer string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "outbox-" + consumer + "-" + hex.EncodeToString(b)
+}
+
+// sleep waits d or until ctx ends; it reports whether the wait completed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// scrub removes the URL's password from s, in case an error quoted it.
+func (c *Consumer) scrub(s string) string {
+	if c.password == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, c.password, "xxxxx")
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "[invalid URL]"
+	}
+	return u.Redacted()
+}
+
+// Stats counts what a Consumer did since it was created.
+type Stats struct {
+	// Processed counts messages committed by the handler and acked.
+	Processed int64
+	// Duplicates counts redeliveries of processed messages, acked with no
+	// effect.
+	Duplicates int64
+	// Retried counts failed messages republished for another delivery.
+	Retried int64
+	// DeadLettered counts messages published to the dead-letter exchange,
+	// for any reason.
+	DeadLettered int64
+	// Refused counts messages never processed because they had no usable
+	// id (dead-lettered or rejected).
+	Refused int64
+	// Requeued counts messages nacked back to the queue uncounted: their
+	// transaction failed outside the handler, a republish or dead-letter
+	// publish failed, or a shutdown cut their handler short.
+	Requeued int64
+	// AckFailures counts acknowledgements that could not be sent (the
+	// connection was lost); the broker redelivers those messages.
+	AckFailures int64
+	// Connections counts the connections on which consuming started.
+	Connections int64
+}
+
+type counters struct {
+	processed, duplicates, retried, deadLettered, refused, requeued, ackFailures, connections atomic.Int64
+}
+
+// Stats returns the consumer's counters. It is safe to call at any time.
+func (c *Consumer) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		Processed: s.processed.Load(), Duplicates: s.duplicates.Load(), Retried: s.retried.Load(),
+		DeadLettered: s.deadLettered.Load(), Refused: s.refused.Load(), Requeued: s.requeued.Load(),
+		AckFailures: s.ackFailures.Load(), Connections: s.connections.Load(),
+	}
+}

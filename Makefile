@@ -19,6 +19,14 @@ help: ## list the targets
 demo: db-check ## run the whole pipeline end to end against local provider doubles
 	$(GO) run ./cmd/outboxd demo
 
+.PHONY: example
+example: db-check ## the NoteCreated example service end to end on RabbitMQ (AMQP_URL) and PostgreSQL
+	$(GO) run ./cmd/notes
+
+.PHONY: screenshot
+screenshot: chromium db-check ## refresh docs/dashboard.png from the dashboard's browser test
+	UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestDashboardInABrowser ./internal/adminhttp
+
 .PHONY: test
 test: lint db-check $(TOOLS)/stripe-mock chromium ## vet, staticcheck, gofmt, then every test with the race detector
 	$(GO) test -race -count=1 -timeout 12m ./...

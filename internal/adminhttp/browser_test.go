@@ -3,6 +3,7 @@ package adminhttp_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +14,9 @@ import (
 // TestDashboardInABrowser drives the dashboard in headless Chromium the way
 // an operator would: sign in with the token, filter the list to in_doubt,
 // open an intent, resolve it through the confirmation form, and check the
-// database. It saves the list as docs/dashboard.png.
+// database. It saves a screenshot of the list in the test's temporary
+// directory, or as docs/dashboard.png when UPDATE_SCREENSHOT=1 (so a normal
+// run does not rewrite a tracked file).
 func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
 	br := startBrowser(t)
@@ -113,5 +116,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	if got := br.text(".count-in_doubt .n"); got != "1" {
 		t.Errorf("in_doubt count after resolving = %q, want 1", got)
 	}
-	br.screenshot(filepath.Join("..", "..", "docs", "dashboard.png"))
+	shot := filepath.Join(t.TempDir(), "dashboard.png")
+	if os.Getenv("UPDATE_SCREENSHOT") == "1" {
+		shot = filepath.Join("..", "..", "docs", "dashboard.png")
+	}
+	br.screenshot(shot)
 }

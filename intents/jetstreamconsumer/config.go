@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/internal/scrub"
 )
 
 // Defaults for Config.
@@ -215,66 +216,8 @@ func backoff(base, limit time.Duration, n int) time.Duration {
 	return min(d, limit)
 }
 
-// redactURL returns rawURL (one or several comma-separated server URLs)
-// with any credentials removed.
-func redactURL(rawURL string) string {
-	parts := strings.Split(rawURL, ",")
-	for i, part := range parts {
-		u, err := url.Parse(strings.TrimSpace(part))
-		if err != nil {
-			parts[i] = "[unparseable URL]"
-			continue
-		}
-		if u.User == nil {
-			parts[i] = u.String()
-			continue
-		}
-		u.User = nil
-		scheme, rest, _ := strings.Cut(u.String(), "://")
-		parts[i] = scheme + "://[redacted]@" + rest
-	}
-	return strings.Join(parts, ",")
-}
+func redactURL(rawURL string) string { return scrub.URL(rawURL) }
 
-// secretsIn returns the credentials embedded in rawURL.
-func secretsIn(rawURL string) []string {
-	var out []string
-	for _, part := range strings.Split(rawURL, ",") {
-		u, err := url.Parse(strings.TrimSpace(part))
-		if err != nil || u.User == nil {
-			continue
-		}
-		if p, ok := u.User.Password(); ok && p != "" {
-			out = append(out, p, url.QueryEscape(p))
-		}
-		if n := u.User.Username(); len(n) >= 3 {
-			out = append(out, n, url.QueryEscape(n))
-		}
-	}
-	return out
-}
+func secretsIn(rawURL string) []string { return scrub.URLSecrets(rawURL) }
 
-// scrubbedError is an error whose text had credentials removed; it
-// unwraps to the original.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e *scrubbedError) Error() string { return e.msg }
-func (e *scrubbedError) Unwrap() error { return e.err }
-
-func scrub(err error, secrets []string) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	clean := msg
-	for _, s := range secrets {
-		clean = strings.ReplaceAll(clean, s, "[redacted]")
-	}
-	if clean == msg {
-		return err
-	}
-	return &scrubbedError{msg: clean, err: err}
-}
+func scrubErr(err error, secrets []string) error { return scrub.Err(err, secrets...) }

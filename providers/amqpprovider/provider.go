@@ -46,6 +46,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outboxkit/outbox/internal/scrub"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -335,7 +336,7 @@ func (p *Provider) publish(ctx context.Context, pc *pubChannel, pub *decoded, re
 		}
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeAmbiguous,
 			Message: "the connection was lost before the broker confirmed the message (" + reason + "): the broker may hold it",
-			Err:     scrubbedError{msg: reason, err: cause}}
+			Err:     &scrub.Error{Msg: reason, Err: cause}}
 	}
 	// A mandatory message that could not be routed comes back as
 	// basic.return before its confirm; the library hands it to pc.returns
@@ -354,7 +355,7 @@ func (p *Provider) publish(ctx context.Context, pc *pubChannel, pub *decoded, re
 // notPublished is OutcomeRetry for an attempt that never reached the broker.
 func (p *Provider) notPublished(what string, err error) *providers.AttemptError {
 	msg := p.scrub(err.Error())
-	return &providers.AttemptError{Outcome: providers.OutcomeRetry, Message: "not published: " + what + ": " + msg, Err: scrubbedError{msg: msg, err: err}}
+	return &providers.AttemptError{Outcome: providers.OutcomeRetry, Message: "not published: " + what + ": " + msg, Err: &scrub.Error{Msg: msg, Err: err}}
 }
 
 // scrub removes the URL's password from s, in case an error quoted it.
@@ -365,12 +366,3 @@ func (p *Provider) scrub(s string) string {
 	return strings.ReplaceAll(s, p.password, "xxxxx")
 }
 
-// scrubbedError keeps an error's chain for errors.Is/As but prints a
-// message with the password removed.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e scrubbedError) Error() string { return e.msg }
-func (e scrubbedError) Unwrap() error { return e.err }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/outboxkit/outbox/internal/scrub"
 )
 
 const (
@@ -113,66 +115,8 @@ func validName(s string) bool {
 // RedactURL returns rawURL (one server URL or several separated by commas)
 // with any user name, password or token removed, for logs and errors. A
 // part it cannot parse becomes "[unparseable URL]".
-func RedactURL(rawURL string) string {
-	parts := strings.Split(rawURL, ",")
-	for i, part := range parts {
-		u, err := url.Parse(strings.TrimSpace(part))
-		if err != nil {
-			parts[i] = "[unparseable URL]"
-			continue
-		}
-		if u.User == nil {
-			parts[i] = u.String()
-			continue
-		}
-		u.User = nil
-		scheme, rest, _ := strings.Cut(u.String(), "://")
-		parts[i] = scheme + "://[redacted]@" + rest
-	}
-	return strings.Join(parts, ",")
-}
+func RedactURL(rawURL string) string { return scrub.URL(rawURL) }
 
-// secretsIn returns the credentials embedded in rawURL, longest first, so
-// that error text can be scrubbed of them.
-func secretsIn(rawURL string) []string {
-	var out []string
-	for _, part := range strings.Split(rawURL, ",") {
-		u, err := url.Parse(strings.TrimSpace(part))
-		if err != nil || u.User == nil {
-			continue
-		}
-		if p, ok := u.User.Password(); ok && p != "" {
-			out = append(out, p, url.QueryEscape(p))
-		}
-		if n := u.User.Username(); len(n) >= 3 {
-			out = append(out, n, url.QueryEscape(n))
-		}
-	}
-	return out
-}
+func secretsIn(rawURL string) []string { return scrub.URLSecrets(rawURL) }
 
-// scrubbedError carries an error whose text had credentials removed; it
-// still unwraps to the original for errors.Is and errors.As.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e *scrubbedError) Error() string { return e.msg }
-func (e *scrubbedError) Unwrap() error { return e.err }
-
-// scrub returns err with every secret removed from its text.
-func scrub(err error, secrets []string) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	clean := msg
-	for _, s := range secrets {
-		clean = strings.ReplaceAll(clean, s, "[redacted]")
-	}
-	if clean == msg {
-		return err
-	}
-	return &scrubbedError{msg: clean, err: err}
-}
+func scrubErr(err error, secrets []string) error { return scrub.Err(err, secrets...) }

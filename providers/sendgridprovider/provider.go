@@ -29,6 +29,7 @@ import (
 	"github.com/sendgrid/rest"
 	"github.com/sendgrid/sendgrid-go"
 
+	"github.com/outboxkit/outbox/internal/scrub"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -265,7 +266,7 @@ func (p *Provider) statusError(resp *rest.Response) *providers.AttemptError {
 // transportError classifies an error that ended a call without a response.
 func (p *Provider) transportError(err error) *providers.AttemptError {
 	e := providers.ClassifyTransport(err, false)
-	e.Err = scrubbedError{msg: p.scrub(err.Error()), err: err}
+	e.Err = &scrub.Error{Msg: p.scrub(err.Error()), Err: err}
 	return e
 }
 
@@ -306,15 +307,6 @@ func (p *Provider) scrub(s string) string {
 	return strings.ReplaceAll(s, p.apiKey, "[redacted]")
 }
 
-// scrubbedError keeps an error's chain for errors.Is/As but prints a
-// message with the API key removed.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e scrubbedError) Error() string { return e.msg }
-func (e scrubbedError) Unwrap() error { return e.err }
 
 // Wire types of SendGrid's v3 Mail Send body, as much as Perform sends.
 type (

@@ -34,6 +34,7 @@ import (
 	stripe "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
+	"github.com/outboxkit/outbox/internal/scrub"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -365,7 +366,7 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 		// Stripe and the key makes repeating it safe. Either way, retry.
 		ae := providers.ClassifyTransport(err, true)
 		ae.Message = p.scrub(err.Error())
-		ae.Err = scrubbedError{msg: ae.Message, err: err}
+		ae.Err = &scrub.Error{Msg: ae.Message, Err: err}
 		return ae
 	}
 	status := se.HTTPStatusCode
@@ -381,7 +382,7 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 	if ae.Message == "" {
 		ae.Message = http.StatusText(status)
 	}
-	ae.Err = scrubbedError{msg: fmt.Sprintf("stripe: HTTP %d %s: %s", status, se.Type, ae.Message), err: err}
+	ae.Err = &scrub.Error{Msg: fmt.Sprintf("stripe: HTTP %d %s: %s", status, se.Type, ae.Message), Err: err}
 	switch {
 	case status == http.StatusPaymentRequired || se.Type == stripe.ErrorTypeCard:
 		ae.Outcome = providers.OutcomeFailed
@@ -413,15 +414,6 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 	return ae
 }
 
-// scrubbedError keeps the underlying error reachable for errors.As while
-// making sure its text cannot leak the API key.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e scrubbedError) Error() string { return e.msg }
-func (e scrubbedError) Unwrap() error { return e.err }
 
 func (p *Provider) scrub(s string) string {
 	if p.cfg.APIKey == "" {

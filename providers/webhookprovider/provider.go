@@ -46,6 +46,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outboxkit/outbox/internal/scrub"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -339,7 +340,7 @@ func (p *Provider) transportError(ep *endpoint, err error) *providers.AttemptErr
 		inner = urlErr.Err // url.Error's text repeats the whole URL
 	}
 	ae.Message = p.scrub(ep, fmt.Sprintf("POST to endpoint %q (%s): %v", ep.name, ep.display, inner))
-	ae.Err = scrubbedError{msg: ae.Message, err: err}
+	ae.Err = &scrub.Error{Msg: ae.Message, Err: err}
 	return ae
 }
 
@@ -361,15 +362,6 @@ func (p *Provider) scrub(ep *endpoint, s string) string {
 	return s
 }
 
-// scrubbedError keeps the underlying error reachable for errors.As while its
-// text is scrubbed.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e scrubbedError) Error() string { return e.msg }
-func (e scrubbedError) Unwrap() error { return e.err }
 
 // receiverMessage extracts a human-readable message from an error body: a
 // JSON object's "message", "error" (a string, or an object with "message")

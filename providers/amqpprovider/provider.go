@@ -365,4 +365,3 @@ func (p *Provider) scrub(s string) string {
 	}
 	return strings.ReplaceAll(s, p.password, "xxxxx")
 }
-

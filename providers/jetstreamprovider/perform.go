@@ -54,7 +54,7 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 
 // classify turns a failed publish into an AttemptError.
 func (p *Provider) classify(subject string, err error) *providers.AttemptError {
-	err = scrub(err, p.secrets)
+	err = scrubErr(err, p.secrets)
 	keyed := p.caps.IdempotencyKeys
 	var apiErr *jetstream.APIError
 	switch {

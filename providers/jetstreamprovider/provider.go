@@ -72,18 +72,18 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		nats.RetryOnFailedConnect(!mustLookUp),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				log.Warn("disconnected from NATS; reconnecting", "error", scrub(err, p.secrets))
+				log.Warn("disconnected from NATS; reconnecting", "error", scrubErr(err, p.secrets))
 			}
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { log.Info("reconnected to NATS") }),
 		nats.ConnectHandler(func(*nats.Conn) { log.Info("connected to NATS") }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			log.Warn("NATS connection error", "error", scrub(err, p.secrets))
+			log.Warn("NATS connection error", "error", scrubErr(err, p.secrets))
 		}),
 	}
 	nc, err := nats.Connect(cfg.URL, append(opts, cfg.Options...)...)
 	if err != nil {
-		err = scrub(err, p.secrets)
+		err = scrubErr(err, p.secrets)
 		if mustLookUp {
 			return nil, fmt.Errorf("%w %q: connect to %s: %w", ErrStreamLookup, cfg.Stream, RedactURL(cfg.URL), err)
 		}
@@ -118,7 +118,7 @@ func (p *Provider) duplicateWindow(ctx context.Context) (time.Duration, error) {
 	defer cancel()
 	stream, err := p.js.Stream(ctx, p.cfg.Stream)
 	if err != nil {
-		return 0, fmt.Errorf("%w %q: %w", ErrStreamLookup, p.cfg.Stream, scrub(err, p.secrets))
+		return 0, fmt.Errorf("%w %q: %w", ErrStreamLookup, p.cfg.Stream, scrubErr(err, p.secrets))
 	}
 	return stream.CachedInfo().Config.Duplicates, nil
 }

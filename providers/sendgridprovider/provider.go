@@ -307,7 +307,6 @@ func (p *Provider) scrub(s string) string {
 	return strings.ReplaceAll(s, p.apiKey, "[redacted]")
 }
 
-
 // Wire types of SendGrid's v3 Mail Send body, as much as Perform sends.
 type (
 	sgAddress struct {

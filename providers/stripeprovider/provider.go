@@ -414,7 +414,6 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 	return ae
 }
 
-
 func (p *Provider) scrub(s string) string {
 	if p.cfg.APIKey == "" {
 		return s

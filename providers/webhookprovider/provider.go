@@ -362,7 +362,6 @@ func (p *Provider) scrub(ep *endpoint, s string) string {
 	return s
 }
 
-
 // receiverMessage extracts a human-readable message from an error body: a
 // JSON object's "message", "error" (a string, or an object with "message")
 // or "errors"[0].message, else the body's text, else the status text. It is

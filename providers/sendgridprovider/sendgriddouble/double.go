@@ -141,6 +141,8 @@ type Stats struct {
 	Requests int `json:"requests"`
 	// Faults counts the faults applied to requests, by kind.
 	Faults map[fault.Kind]int `json:"faults"`
+	// EffectsByIntent counts accepted emails per custom_args["intent_id"].
+	EffectsByIntent map[string]int `json:"effects_by_intent"`
 }
 
 // Server is a running SendGrid double. It is safe for concurrent use.
@@ -275,7 +277,7 @@ func (s *Server) DuplicateEffects() int { return s.effects.Duplicates() }
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Emails: len(s.emails), Requests: s.requests, Faults: maps.Clone(s.applied)}
+	return Stats{Emails: len(s.emails), Requests: s.requests, Faults: maps.Clone(s.applied), EffectsByIntent: s.effects.Snapshot()}
 }
 
 // WaitForEmails blocks until at least n emails have been accepted or ctx

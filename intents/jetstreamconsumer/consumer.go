@@ -97,15 +97,15 @@ func (c *Consumer) session(ctx context.Context) (pulled bool, err error) {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return false, scrub(err, c.secrets)
+		return false, scrubErr(err, c.secrets)
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig())
 	if err != nil {
-		return false, fmt.Errorf("create or update durable consumer %q on stream %q: %w", c.cfg.Durable, c.cfg.Stream, scrub(err, c.secrets))
+		return false, fmt.Errorf("create or update durable consumer %q on stream %q: %w", c.cfg.Durable, c.cfg.Stream, scrubErr(err, c.secrets))
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(c.cfg.Batch))
 	if err != nil {
-		return false, fmt.Errorf("pull from durable consumer %q: %w", c.cfg.Durable, scrub(err, c.secrets))
+		return false, fmt.Errorf("pull from durable consumer %q: %w", c.cfg.Durable, scrubErr(err, c.secrets))
 	}
 	c.log.InfoContext(ctx, "consuming", "filter_subject", c.cfg.FilterSubject, "concurrency", c.cfg.Concurrency,
 		"max_deliver", c.cfg.MaxDeliver, "ack_wait", c.cfg.AckWait)
@@ -119,7 +119,7 @@ func (c *Consumer) session(ctx context.Context) (pulled bool, err error) {
 				msg, err := it.Next(jetstream.NextContext(pullCtx))
 				if err != nil {
 					if pullCtx.Err() == nil {
-						stop(fmt.Errorf("pull from durable consumer %q: %w", c.cfg.Durable, scrub(err, c.secrets)))
+						stop(fmt.Errorf("pull from durable consumer %q: %w", c.cfg.Durable, scrubErr(err, c.secrets)))
 					}
 					return
 				}
@@ -147,16 +147,16 @@ func (c *Consumer) connect() (*nats.Conn, error) {
 		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				c.log.Warn("disconnected from NATS; reconnecting", "error", scrub(err, c.secrets))
+				c.log.Warn("disconnected from NATS; reconnecting", "error", scrubErr(err, c.secrets))
 			}
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { c.log.Info("reconnected to NATS") }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			c.log.Warn("NATS connection error", "error", scrub(err, c.secrets))
+			c.log.Warn("NATS connection error", "error", scrubErr(err, c.secrets))
 		}),
 	}
 	nc, err := nats.Connect(c.cfg.URL, append(opts, c.cfg.Options...)...)
-	return nc, scrub(err, c.secrets)
+	return nc, scrubErr(err, c.secrets)
 }
 
 func (c *Consumer) consumerConfig() jetstream.ConsumerConfig {

@@ -50,7 +50,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 		log.WarnContext(ctx, "handler failed; nothing was written and the message will be redelivered",
 			"error", err, "redeliver_in", delay, "max_deliver", c.cfg.MaxDeliver)
 		if err := msg.NakWithDelay(delay); err != nil {
-			log.WarnContext(ctx, "nak failed: JetStream will redeliver the message after AckWait", "error", scrub(err, c.secrets))
+			log.WarnContext(ctx, "nak failed: JetStream will redeliver the message after AckWait", "error", scrubErr(err, c.secrets))
 		}
 		return
 	}
@@ -59,7 +59,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	defer cancelAck()
 	if err := msg.DoubleAck(ackCtx); err != nil {
 		log.WarnContext(ctx, "ack failed after the commit: JetStream will redeliver the message after AckWait and it will be acknowledged as a duplicate",
-			"error", scrub(err, c.secrets), "duplicate", res.Duplicate)
+			"error", scrubErr(err, c.secrets), "duplicate", res.Duplicate)
 		return
 	}
 	if res.Duplicate {
@@ -73,6 +73,6 @@ func (c *Consumer) term(ctx context.Context, msg jetstream.Msg, log *slog.Logger
 	// Term, not TermWithReason: servers before 2.10.4 ignore a term with a
 	// reason, and the message would be redelivered.
 	if err := msg.Term(); err != nil {
-		log.WarnContext(ctx, "term failed: JetStream will redeliver the message after AckWait and it will be refused again", "error", scrub(err, c.secrets))
+		log.WarnContext(ctx, "term failed: JetStream will redeliver the message after AckWait and it will be refused again", "error", scrubErr(err, c.secrets))
 	}
 }

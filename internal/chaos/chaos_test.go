@@ -1,0 +1,119 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/chaos"
+	"github.com/outboxkit/outbox/internal/pgtest"
+)
+
+// buildOutboxd builds ./cmd/outboxd with `go build` into a test directory,
+// so the suite runs within `go test ./...` whatever was built before.
+func buildOutboxd(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("find the go command: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "outboxd")
+	cmd := exec.Command(goTool, "build", "-o", bin, "github.com/outboxkit/outbox/cmd/outboxd")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build outboxd: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// envDuration reads a duration from the environment, for longer local runs
+// (CHAOS_DURATION=5m go test ./internal/chaos -run Chaos -timeout 30m).
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return d
+}
+
+// The bounded chaos run of `make test`: three real dispatcher processes
+// SIGKILLed at random, database backends terminated at random, doubles in
+// their own process failing a fifth of the calls, duplicate deliveries; the
+// suite checks every effect against the doubles' records. About a minute.
+func TestChaosBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite takes about a minute")
+	}
+	t.Parallel()
+	bin := buildOutboxd(t)
+	_, dbURL := pgtest.NewDB(t)
+
+	var seed uint64
+	if v := os.Getenv("CHAOS_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED: %v", err)
+		}
+		seed = s
+	}
+	logDir := t.TempDir()
+	var progress strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, chaos.Config{
+		Binary:       bin,
+		DatabaseURL:  dbURL,
+		Duration:     envDuration(t, "CHAOS_DURATION", 25*time.Second),
+		Seed:         seed,
+		DrainTimeout: 2 * time.Minute,
+		LogDir:       logDir,
+		Progress:     &progress,
+	})
+	if rep != nil {
+		var table strings.Builder
+		_ = rep.WriteTable(&table)
+		t.Logf("\n%s", table.String())
+	}
+	if err != nil {
+		t.Logf("progress:\n%s", progress.String())
+		for _, name := range []string{"dispatcher-1.log", "dispatcher-2.log", "dispatcher-3.log", "doubles.log"} {
+			if b, readErr := os.ReadFile(filepath.Join(logDir, name)); readErr == nil {
+				t.Logf("last of %s:\n%s", name, lastBytes(b, 4000))
+			}
+		}
+		if errors.Is(err, chaos.ErrViolated) {
+			t.Fatalf("exactly-once violated under chaos (seed %d): %v", rep.Seed, err)
+		}
+		t.Fatalf("chaos run: %v", err)
+	}
+	// The run must have been under fire to prove anything.
+	if rep.DispatcherKills < 10 || rep.BackendsTerminated < 10 {
+		t.Errorf("only %d dispatcher kills and %d backend terminations: not enough chaos", rep.DispatcherKills, rep.BackendsTerminated)
+	}
+	faults := 0
+	for _, n := range rep.FaultsInjected {
+		faults += n
+	}
+	if faults < 20 || rep.DuplicatesDelivered < rep.Messages/10 {
+		t.Errorf("only %d faults and %d duplicate deliveries: not enough chaos", faults, rep.DuplicatesDelivered)
+	}
+	if rep.Succeeded == 0 || rep.Payments == 0 || rep.Emails == 0 {
+		t.Errorf("nothing succeeded: %+v", rep)
+	}
+}
+
+func lastBytes(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

@@ -1,0 +1,269 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
+	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
+)
+
+// WirePath is where each double served by ServeDoubles answers with its
+// wire log (a JSON array of WireRecord), next to the double's own
+// /_double/stats.
+const WirePath = "/_chaos/wire"
+
+// DoublesConfig configures ServeDoubles.
+type DoublesConfig struct {
+	// Seed makes the faults repeatable; the Stripe double draws from Seed,
+	// the SendGrid double from Seed+1.
+	Seed uint64
+	// FaultRate is the share of effect-causing requests (payments, emails)
+	// that get a fault, from 0 to 1, split over the kinds by the Share constants.
+	FaultRate float64
+	// DelayFor is how long a delay fault holds the response after the
+	// double acted; the suite makes it longer than the dispatcher's call
+	// timeout, so the call times out. Required when FaultRate > 0.
+	DelayFor time.Duration
+}
+
+// Shares of DoublesConfig.FaultRate by fault kind: lost responses after
+// acting, 500s after acting, 429s, delays longer than the call timeout, and
+// 500s before acting.
+const (
+	ShareLoseResponse = 0.25
+	ShareErrorAfter   = 0.25
+	ShareRateLimit    = 0.25
+	ShareDelay        = 0.15
+	ShareErrorBefore  = 0.10
+)
+
+// DoublesAddrs are the base URLs ServeDoubles listens on. ServeDoubles
+// reports them as one JSON line.
+type DoublesAddrs struct {
+	StripeURL   string `json:"stripe_url"`
+	SendGridURL string `json:"sendgrid_url"`
+}
+
+// WireRecord is one effect-causing request (POST /v1/payment_intents or
+// POST /v3/mail/send) as the wire showed it, seen from the provider's side:
+// what a client could have learnt from the answer, independently of the
+// dispatcher's own bookkeeping.
+type WireRecord struct {
+	// IntentID is the intent the request was for (Stripe's
+	// metadata[intent_id], SendGrid's custom_args.intent_id); 0 if none.
+	IntentID int64 `json:"intent_id"`
+	// Start is when the request arrived, End when the handler finished.
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Status is the answer's HTTP status, or 0 when none was written.
+	Status int `json:"status"`
+	// Dropped: the connection was closed without an answer (a lost
+	// response).
+	Dropped bool `json:"dropped"`
+	// ClientGone: the client went away before the answer was complete (its
+	// call timed out, or its process died).
+	ClientGone bool `json:"client_gone"`
+}
+
+// Ambiguous reports whether a client could not have known from this answer
+// whether the provider acted, given its call timeout: a 5xx, no answer at
+// all, or an answer that came after the timeout.
+func (w WireRecord) Ambiguous(callTimeout time.Duration) bool {
+	return w.Status >= 500 || w.Dropped || w.ClientGone || w.Status == 0 || w.End.Sub(w.Start) >= callTimeout
+}
+
+// wireLog records WireRecords.
+type wireLog struct {
+	mu      sync.Mutex
+	records []WireRecord
+}
+
+func (l *wireLog) add(r WireRecord) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records = append(l.records, r)
+}
+
+func (l *wireLog) snapshot() []WireRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]WireRecord(nil), l.records...)
+}
+
+// maxLoggedBody bounds how much of a request body the wire log reads to find
+// the intent id; the suite's payloads are far smaller.
+const maxLoggedBody = 1 << 20
+
+// recordWire wraps a double's handler: POSTs to effectPath are logged with
+// the intent id taken from the body by intentID; everything else passes
+// through. GET WirePath serves the log.
+func recordWire(next http.Handler, effectPath string, intentID func([]byte) int64, wl *wireLog) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == WirePath && r.Method == http.MethodGet {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(wl.snapshot())
+			return
+		}
+		if r.URL.Path != effectPath || r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := WireRecord{Start: time.Now()}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxLoggedBody))
+		if err != nil {
+			rec.End, rec.ClientGone = time.Now(), true
+			wl.add(rec)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec.IntentID = intentID(body)
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			rec.End = time.Now()
+			rec.Status, rec.Dropped = sw.status, sw.hijacked
+			rec.ClientGone = !sw.hijacked && r.Context().Err() != nil
+			wl.add(rec)
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+func stripeIntentID(body []byte) int64 {
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return 0
+	}
+	id, _ := strconv.ParseInt(form.Get("metadata[intent_id]"), 10, 64)
+	return id
+}
+
+func sendgridIntentID(body []byte) int64 {
+	var req struct {
+		CustomArgs map[string]string `json:"custom_args"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return 0
+	}
+	id, _ := strconv.ParseInt(req.CustomArgs["intent_id"], 10, 64)
+	return id
+}
+
+// statusWriter remembers the status written and whether the connection was
+// hijacked (the doubles drop connections that way).
+type statusWriter struct {
+	http.ResponseWriter
+	status   int
+	hijacked bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := s.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("chaos: response writer cannot be hijacked")
+	}
+	s.hijacked = true
+	return hj.Hijack()
+}
+
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// ServeDoubles serves the Stripe and SendGrid doubles with the configured
+// faults, each wrapped so that it also keeps a wire log (served at
+// WirePath), until ctx ends. ready is called once both listen. The suite runs
+// it in a process of its own (outboxd chaos --serve-doubles), so the
+// doubles' records outlive every dispatcher the suite kills.
+func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddrs)) error {
+	if cfg.FaultRate < 0 || cfg.FaultRate > 1 {
+		return fmt.Errorf("chaos: DoublesConfig.FaultRate must be between 0 and 1, got %g", cfg.FaultRate)
+	}
+	if cfg.FaultRate > 0 && cfg.DelayFor <= 0 {
+		return errors.New("chaos: DoublesConfig.DelayFor must be positive when FaultRate is")
+	}
+	rates := fault.Rates{
+		LoseResponse: cfg.FaultRate * ShareLoseResponse,
+		ErrorAfter:   cfg.FaultRate * ShareErrorAfter,
+		ErrorBefore:  cfg.FaultRate * ShareErrorBefore,
+		RateLimit:    cfg.FaultRate * ShareRateLimit,
+		Delay:        cfg.FaultRate * ShareDelay,
+		DelayFor:     cfg.DelayFor,
+		RetryAfter:   time.Second,
+	}
+	stripeFaults, sendgridFaults := fault.New(cfg.Seed), fault.New(cfg.Seed+1)
+	for _, f := range []*fault.Injector{stripeFaults, sendgridFaults} {
+		if err := f.SetRates(rates); err != nil {
+			return fmt.Errorf("chaos: fault rates: %w", err)
+		}
+	}
+	stripe, err := stripedouble.NewServer(stripedouble.Config{Faults: stripeFaults})
+	if err != nil {
+		return err
+	}
+	defer stripe.Close()
+	sendgrid, err := sendgriddouble.NewServer(sendgriddouble.Config{Faults: sendgridFaults})
+	if err != nil {
+		return err
+	}
+	defer sendgrid.Close()
+
+	var stripeWire, sendgridWire wireLog
+	stripeSrv, stripeURL, err := serve(recordWire(stripe.Handler(), "/v1/payment_intents", stripeIntentID, &stripeWire))
+	if err != nil {
+		return err
+	}
+	defer stripeSrv.Close()
+	sendgridSrv, sendgridURL, err := serve(recordWire(sendgrid.Handler(), "/v3/mail/send", sendgridIntentID, &sendgridWire))
+	if err != nil {
+		return err
+	}
+	defer sendgridSrv.Close()
+	ready(DoublesAddrs{StripeURL: stripeURL, SendGridURL: sendgridURL})
+	<-ctx.Done()
+	return nil
+}
+
+func serve(h http.Handler) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", fmt.Errorf("chaos: listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Dropped connections are deliberate.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, "http://" + ln.Addr().String(), nil
+}

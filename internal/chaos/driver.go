@@ -1,0 +1,192 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+	"github.com/outboxkit/outbox/providers/stripeprovider"
+)
+
+// ConsumerName is the consumer the suite's messages are delivered to.
+const ConsumerName = "chaos"
+
+// Rates of the driver's at-least-once misbehaviour, per message.
+const (
+	concurrentDuplicateRate = 0.10 // delivered three times at once
+	sequentialDuplicateRate = 0.25 // delivered again 0.2–5s later
+	crashAfterCommitRate    = 0.05 // the consumer "dies" after commit, before the ack
+)
+
+type message struct {
+	id     string
+	amount int
+}
+
+// driver is an at-least-once broker feeding consumers that record a payment
+// and an email per message with intents.Client.Consume. A delivery stays
+// outstanding until a consumer acknowledges it; a failed Consume is
+// delivered again.
+type driver struct {
+	client *intents.Client
+	msgs   []message
+	queue  chan *message
+
+	outstanding sync.WaitGroup
+	done        chan struct{}
+
+	delivered      atomic.Int64
+	concurrentDups atomic.Int64
+	sequentialDups atomic.Int64
+	crashes        atomic.Int64
+	nacked         atomic.Int64
+	absorbed       atomic.Int64
+	acked          atomic.Int64
+}
+
+func newDriver(client *intents.Client, n int, rnd *rand.Rand) *driver {
+	d := &driver{client: client, queue: make(chan *message, n*8+16), done: make(chan struct{})}
+	for i := range n {
+		d.msgs = append(d.msgs, message{id: fmt.Sprintf("msg-%06d", i+1), amount: 500 + rnd.IntN(20000)})
+	}
+	return d
+}
+
+// run feeds the messages at rate per second and starts consumers; done
+// closes once every delivery, duplicates included, is acknowledged.
+func (d *driver) run(ctx context.Context, rate float64, consumers int, seed uint64) {
+	d.outstanding.Add(1) // the feeder's own, so the queue cannot close before it is done
+	go func() {
+		d.outstanding.Wait()
+		close(d.queue)
+		close(d.done)
+	}()
+	for c := range consumers {
+		go d.consume(ctx, rand.New(rand.NewPCG(seed, uint64(1000+c))))
+	}
+	go d.feed(ctx, rate, rand.New(rand.NewPCG(seed, 7)))
+}
+
+func (d *driver) feed(ctx context.Context, rate float64, rnd *rand.Rand) {
+	defer d.outstanding.Done()
+	start := time.Now()
+	for i := range d.msgs {
+		m := &d.msgs[i]
+		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if !sleepUntil(ctx, due) {
+			return
+		}
+		copies := 1
+		if rnd.Float64() < concurrentDuplicateRate {
+			copies = 3
+			d.concurrentDups.Add(2)
+		}
+		for range copies {
+			d.enqueue(m)
+		}
+		if rnd.Float64() < sequentialDuplicateRate {
+			d.sequentialDups.Add(1)
+			d.enqueueLater(ctx, m, 200*time.Millisecond+time.Duration(rnd.Int64N(int64(5*time.Second))))
+		}
+	}
+}
+
+func (d *driver) enqueue(m *message) {
+	d.outstanding.Add(1)
+	d.queue <- m // the queue holds every delivery the driver can make
+}
+
+// enqueueLater delivers m again after delay; the delivery is outstanding
+// from now.
+func (d *driver) enqueueLater(ctx context.Context, m *message, delay time.Duration) {
+	d.outstanding.Add(1)
+	go func() {
+		if sleepUntil(ctx, time.Now().Add(delay)) {
+			d.queue <- m
+		}
+	}()
+}
+
+func (d *driver) consume(ctx context.Context, rnd *rand.Rand) {
+	for m := range d.queue {
+		d.delivered.Add(1)
+		res, err := d.client.Consume(ctx, intents.Message{Consumer: ConsumerName, ID: m.id}, handle(m))
+		switch {
+		case err != nil:
+			// Nack: delivered again shortly (a connection the suite
+			// terminated more often than Consume's own retries absorb).
+			d.nacked.Add(1)
+			d.enqueueLater(ctx, m, 50*time.Millisecond)
+		case res.Duplicate:
+			d.absorbed.Add(1)
+			d.acked.Add(1)
+		case rnd.Float64() < crashAfterCommitRate:
+			d.crashes.Add(1)
+			d.enqueueLater(ctx, m, 0)
+		default:
+			d.acked.Add(1)
+		}
+		d.outstanding.Done()
+	}
+}
+
+func (d *driver) finished() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// handle is the consumer: one business row, a payment and a receipt email,
+// in the transaction that inserts the processed marker.
+func handle(m *message) intents.Handler {
+	return func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
+		if _, err := tx.Exec(ctx, insertOrderSQL, m.id, m.amount); err != nil {
+			return err
+		}
+		if err := rec.Record(intents.Intent{
+			Kind: stripeprovider.KindPaymentIntent, Name: "payment", Reference: m.id,
+			Payload: map[string]any{
+				"amount": m.amount, "currency": "usd", "customer": "cus_chaos",
+				"payment_method": "pm_card_visa", "confirm": true,
+				"metadata": map[string]string{"message_id": m.id},
+			},
+		}); err != nil {
+			return err
+		}
+		return rec.Record(intents.Intent{
+			Kind: sendgridprovider.KindEmail, Name: "receipt", Reference: m.id,
+			Payload: map[string]any{
+				"from":    map[string]string{"email": "shop@example.com"},
+				"to":      []map[string]string{{"email": "buyer@example.com"}},
+				"subject": "Receipt for " + m.id,
+				"text":    fmt.Sprintf("We charged %d cents.", m.amount),
+			},
+		})
+	}
+}
+
+// sleepUntil waits until t or until ctx ends, and reports whether t came.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,62 @@
+package chaos
+
+// The suite's own table: one business row per handled message, with no
+// unique constraint, so a message handled twice would show as two rows.
+const createOrdersSQL = `
+CREATE TABLE IF NOT EXISTS chaos_orders (
+    message_id   text        NOT NULL,
+    amount_cents integer     NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now()
+)`
+
+const insertOrderSQL = `INSERT INTO chaos_orders (message_id, amount_cents) VALUES ($1, $2)`
+
+// terminateBackendsSQL terminates each client backend of the current
+// database, other than the caller's, with probability $1.
+const terminateBackendsSQL = `
+SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+FROM pg_stat_activity
+WHERE datname = current_database()
+  AND pid <> pg_backend_pid()
+  AND backend_type = 'client backend'
+  AND random() < $1`
+
+// openCountsSQL counts intents still to be worked, and dispatch jobs left
+// running longer than $1 microseconds (orphans of killed dispatchers that
+// River's rescuer has not taken back yet).
+const openCountsSQL = `
+SELECT
+    (SELECT count(*) FROM outbox_intents),
+    (SELECT count(*) FROM outbox_intents WHERE state IN ('pending', 'dispatching')),
+    (SELECT count(*) FROM river_job
+      WHERE kind = 'outbox_dispatch' AND state = 'running'
+        AND attempted_at < now() - $1::bigint * interval '1 microsecond')`
+
+const intentsSQL = `
+SELECT id, kind, state, coalesce(consumer, ''), coalesce(message_id, ''), attempt_count, coalesce(last_error, '')
+FROM outbox_intents
+ORDER BY id`
+
+const attemptsSQL = `
+SELECT intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0), coalesce(error, '')
+FROM outbox_attempts
+WHERE intent_id = ANY($1)
+ORDER BY intent_id, attempt`
+
+// consistencySQL checks the consumer's transaction: every processed marker
+// has exactly its two intents (a payment and an email) and one business
+// row; every intent recorded by a consumer has its marker.
+const consistencySQL = `
+SELECT
+    (SELECT count(*) FROM outbox_processed_messages WHERE consumer = $1),
+    (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = $1 AND (
+        SELECT count(*) FILTER (WHERE i.kind = $2) || '/' || count(*) FILTER (WHERE i.kind = $3) || '/' || count(*)
+        FROM outbox_intents i WHERE i.consumer = m.consumer AND i.message_id = m.message_id) <> '1/1/2'),
+    (SELECT count(*) FROM outbox_intents i WHERE i.consumer IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM outbox_processed_messages m WHERE m.consumer = i.consumer AND m.message_id = i.message_id)),
+    (SELECT count(DISTINCT message_id) FROM chaos_orders),
+    (SELECT count(*) FROM (SELECT message_id FROM chaos_orders GROUP BY message_id HAVING count(*) <> 1) t),
+    (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = $1
+        AND NOT EXISTS (SELECT 1 FROM chaos_orders o WHERE o.message_id = m.message_id)),
+    (SELECT count(*) FROM outbox_attempts WHERE replayed),
+    (SELECT count(*) FROM outbox_events WHERE reason LIKE 'reconciled%')`

@@ -1,0 +1,140 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what a run did and found. Effect counts come from the doubles'
+// own records, read over HTTP after the run.
+type Report struct {
+	Seed        uint64 `json:"seed"`
+	Dispatchers int    `json:"dispatchers"`
+	CallTimeout string `json:"call_timeout"`
+
+	ChaosSeconds float64 `json:"chaos_seconds"`
+	DrainSeconds float64 `json:"drain_seconds"`
+	TotalSeconds float64 `json:"total_seconds"`
+
+	// DispatcherStarts counts every 'outboxd run' started; DispatcherKills
+	// the SIGKILLs; UnexpectedExits the processes that exited on their own
+	// (typically a start-up query cut by a backend termination); they were
+	// restarted. DrainRestarts counts graceful restarts of the whole fleet
+	// during the drain (see drain).
+	DispatcherStarts int `json:"dispatcher_starts"`
+	DispatcherKills  int `json:"dispatcher_kills"`
+	UnexpectedExits  int `json:"unexpected_exits"`
+	DrainRestarts    int `json:"drain_restarts"`
+	// BackendKillRounds counts rounds of pg_terminate_backend;
+	// BackendsTerminated the backends they terminated.
+	BackendKillRounds  int `json:"backend_kill_rounds"`
+	BackendsTerminated int `json:"backends_terminated"`
+	// FaultsInjected counts the faults the doubles applied, by double and
+	// kind ("stripe lose_response").
+	FaultsInjected map[string]int `json:"faults_injected"`
+
+	// Deliveries counts every delivery to a consumer; DuplicatesDelivered
+	// those beyond the first of each message, by cause.
+	// DuplicatesAbsorbed counts the Consume calls that found the message
+	// already processed; it may exceed DuplicatesDelivered, since a
+	// commit whose answer a terminated connection cut is run again by
+	// Consume and then found to be a duplicate of itself.
+	Messages             int `json:"messages"`
+	Deliveries           int `json:"deliveries"`
+	DuplicatesDelivered  int `json:"duplicates_delivered"`
+	ConcurrentDuplicates int `json:"concurrent_duplicates"`
+	SequentialDuplicates int `json:"sequential_duplicates"`
+	CrashRedeliveries    int `json:"crash_redeliveries"`
+	Nacks                int `json:"nacks"`
+	DuplicatesAbsorbed   int `json:"duplicates_absorbed"`
+
+	// CutRequests counts effect-causing requests whose body did not arrive
+	// whole (a dispatcher killed while sending): the doubles refused them.
+	CutRequests      int `json:"cut_requests"`
+	Intents          int `json:"intents"`
+	Payments         int `json:"payments_at_stripe_double"`
+	Emails           int `json:"emails_at_sendgrid_double"`
+	Replays          int `json:"stripe_replays"`
+	ReplayedAttempts int `json:"replayed_attempts"`
+	Reconciled       int `json:"reconciled"`
+	DuplicateEffects int `json:"duplicate_effects"`
+	Succeeded        int `json:"succeeded"`
+	Failed           int `json:"failed"`
+	InDoubt          int `json:"in_doubt"`
+	// InDoubtActed counts the in_doubt intents whose effect the double had
+	// in fact performed (an operator would resolve them as succeeded).
+	InDoubtActed int `json:"in_doubt_acted"`
+	// InDoubtWhy counts the in_doubt intents by the evidence that explains
+	// them (the Why constants).
+	InDoubtWhy map[string]int `json:"in_doubt_why"`
+	Lost       int            `json:"lost"`
+
+	Problems []string `json:"problems,omitempty"`
+}
+
+// OK reports whether the run found no violation.
+func (r *Report) OK() bool { return len(r.Problems) == 0 }
+
+// WriteTable prints the report as the summary table.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(label string, value any) { fmt.Fprintf(tw, "  %s\t%v\n", label, value) }
+	secs := func(s float64) string {
+		return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
+	}
+	fmt.Fprintln(tw, "Chaos report")
+	row("duration", fmt.Sprintf("%s chaos + %s drain = %s", secs(r.ChaosSeconds), secs(r.DrainSeconds), secs(r.TotalSeconds)))
+	row("seed", r.Seed)
+	row("dispatchers", fmt.Sprintf("%d at a time, %d started (call timeout %s)", r.Dispatchers, r.DispatcherStarts, r.CallTimeout))
+	row("dispatcher kills (SIGKILL)", r.DispatcherKills)
+	row("dispatcher exits on their own", r.UnexpectedExits)
+	row("graceful restarts in drain", r.DrainRestarts)
+	row("backend kills", fmt.Sprintf("%d backends in %d rounds", r.BackendsTerminated, r.BackendKillRounds))
+	keys := make([]string, 0, len(r.FaultsInjected))
+	for k := range r.FaultsInjected {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		row("fault "+k, r.FaultsInjected[k])
+	}
+	row("messages", r.Messages)
+	row("deliveries", r.Deliveries)
+	row("duplicates delivered", fmt.Sprintf("%d (concurrent %d, sequential %d, after a consumer crash %d, after an error %d)",
+		r.DuplicatesDelivered, r.ConcurrentDuplicates, r.SequentialDuplicates, r.CrashRedeliveries, r.Nacks))
+	row("duplicates absorbed", r.DuplicatesAbsorbed)
+	row("intents", r.Intents)
+	row("requests cut by a kill", r.CutRequests)
+	row("effects", fmt.Sprintf("%d payments at the Stripe double, %d emails at the SendGrid double", r.Payments, r.Emails))
+	row("provider replays", r.Replays)
+	row("reconciled after ambiguity", r.Reconciled)
+	row("duplicate effects", r.DuplicateEffects)
+	row("succeeded", r.Succeeded)
+	row("failed", r.Failed)
+	row("in_doubt", fmt.Sprintf("%d (the provider had acted for %d)", r.InDoubt, r.InDoubtActed))
+	why := make([]string, 0, len(r.InDoubtWhy))
+	for k := range r.InDoubtWhy {
+		why = append(why, k)
+	}
+	sort.Strings(why)
+	for _, k := range why {
+		row("  "+k, r.InDoubtWhy[k])
+	}
+	row("lost", r.Lost)
+	if r.OK() {
+		row("result", "OK: every effect at most once, every succeeded intent exactly once, no intent lost, every in_doubt explained")
+	} else {
+		row("result", fmt.Sprintf("FAILED: %d problems", len(r.Problems)))
+		for i, p := range r.Problems {
+			if i == 20 {
+				row("problem", fmt.Sprintf("... and %d more", len(r.Problems)-20))
+				break
+			}
+			row("problem", p)
+		}
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,319 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
+	"github.com/outboxkit/outbox/providers/stripeprovider"
+	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
+)
+
+// stoppedDuringCall is how the dispatcher words an attempt it found open (a
+// write-ahead without an outcome: the dispatcher, or its connection, died
+// during the call).
+const stoppedDuringCall = "stopped during the call"
+
+// Reasons an in_doubt intent was ambiguous, as counted in
+// Report.InDoubtWhy. Each is backed by evidence independent of the
+// dispatcher's own bookkeeping.
+const (
+	// WhyServerError: the attempt got a 5xx, and the double's wire log
+	// shows it answered that 5xx for this intent.
+	WhyServerError = "5xx from the provider"
+	// WhyLostResponse: the attempt lost its connection or timed out, and
+	// the wire log shows the double dropped the connection without an
+	// answer for this intent.
+	WhyLostResponse = "response lost"
+	// WhySlowResponse: the attempt timed out, and the wire log shows the
+	// double answered this intent only after the call timeout, or that the
+	// client had gone by then.
+	WhySlowResponse = "response slower than the call timeout"
+	// WhyDiedDuringCall: the attempt's write-ahead was found open, and a
+	// dispatcher process died (SIGKILL, or an exit of its own) between the
+	// attempt's start and the moment it was found open, or a database
+	// backend was terminated in that time or up to DeadConnectionMargin
+	// before it.
+	WhyDiedDuringCall = "dispatcher or its connection died during the call"
+)
+
+// DeadConnectionMargin is how long before an attempt a terminated backend
+// may still cut it: a connection terminated while idle in a pool is found
+// dead only when next used, and pgxpool checks (pings) only connections
+// idle for longer than a second before handing them out.
+const DeadConnectionMargin = 2 * time.Second
+
+// evidence is what the providers' side recorded, read after the run.
+type evidence struct {
+	stripe       stripedouble.Stats
+	sendgrid     sendgriddouble.Stats
+	wire         map[string]map[int64][]WireRecord // by kind, then intent id
+	unattributed int                               // wire records without an intent id
+	deaths       []time.Time                       // dispatcher processes reaped after SIGKILL or an exit of their own, sorted
+	terminations []time.Time                       // backend termination rounds that terminated something, sorted
+}
+
+// collect reads the doubles' records over HTTP.
+func collect(ctx context.Context, a DoublesAddrs, deaths, terminations []time.Time) (*evidence, error) {
+	ev := &evidence{wire: map[string]map[int64][]WireRecord{}}
+	if err := getJSON(ctx, a.StripeURL+"/_double/stats", &ev.stripe); err != nil {
+		return nil, err
+	}
+	if err := getJSON(ctx, a.SendGridURL+"/_double/stats", &ev.sendgrid); err != nil {
+		return nil, err
+	}
+	for kind, url := range map[string]string{stripeprovider.KindPaymentIntent: a.StripeURL, sendgridprovider.KindEmail: a.SendGridURL} {
+		var recs []WireRecord
+		if err := getJSON(ctx, url+WirePath, &recs); err != nil {
+			return nil, err
+		}
+		byIntent := map[int64][]WireRecord{}
+		for _, r := range recs {
+			if r.IntentID == 0 {
+				ev.unattributed++
+				continue
+			}
+			byIntent[r.IntentID] = append(byIntent[r.IntentID], r)
+		}
+		ev.wire[kind] = byIntent
+	}
+	ev.deaths, ev.terminations = slices.Clone(deaths), slices.Clone(terminations)
+	slices.SortFunc(ev.deaths, time.Time.Compare)
+	slices.SortFunc(ev.terminations, time.Time.Compare)
+	return ev, nil
+}
+
+func (ev *evidence) effects(kind string, id int64) int {
+	key := strconv.FormatInt(id, 10)
+	switch kind {
+	case stripeprovider.KindPaymentIntent:
+		return ev.stripe.EffectsByIntent[key]
+	case sendgridprovider.KindEmail:
+		return ev.sendgrid.EffectsByIntent[key]
+	}
+	return 0
+}
+
+// diedDuring reports whether a dispatcher process died in [from, to], or a
+// backend was terminated in [from-DeadConnectionMargin, to].
+func (ev *evidence) diedDuring(from, to time.Time) bool {
+	return anyIn(ev.deaths, from, to) || anyIn(ev.terminations, from.Add(-DeadConnectionMargin), to)
+}
+
+// anyIn reports whether sorted holds a time in [from, to].
+func anyIn(sorted []time.Time, from, to time.Time) bool {
+	i, _ := slices.BinarySearchFunc(sorted, from, time.Time.Compare)
+	return i < len(sorted) && !sorted[i].After(to)
+}
+
+type intentRow struct {
+	ID           int64
+	Kind         string
+	State        string
+	Consumer     string
+	MessageID    string
+	AttemptCount int
+	LastError    string
+}
+
+type attemptRow struct {
+	IntentID   int64
+	Attempt    int
+	StartedAt  time.Time
+	FinishedAt *time.Time
+	Outcome    string
+	HTTPStatus int
+	Error      string
+}
+
+// verify fills the report's outcome from the database and the evidence, and
+// lists every violation in rep.Problems.
+func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, rep *Report) error {
+	rows, err := pool.Query(ctx, intentsSQL)
+	if err != nil {
+		return fmt.Errorf("chaos: read intents: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[intentRow])
+	if err != nil {
+		return fmt.Errorf("chaos: read intents: %w", err)
+	}
+	rep.Intents = len(all)
+	rep.Payments = ev.stripe.PaymentIntents
+	rep.Emails = ev.sendgrid.Emails
+	rep.Replays = ev.stripe.Replays
+	rep.FaultsInjected = map[string]int{}
+	for k, n := range ev.stripe.Faults {
+		rep.FaultsInjected["stripe "+string(k)] = n
+	}
+	for k, n := range ev.sendgrid.Faults {
+		rep.FaultsInjected["sendgrid "+string(k)] = n
+	}
+	rep.InDoubtWhy = map[string]int{}
+	problem := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
+
+	if want := 2 * rep.Messages; rep.Intents != want {
+		problem("%d intents recorded for %d messages, want %d", rep.Intents, rep.Messages, want)
+	}
+	known := map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, sendgridprovider.KindEmail: {}}
+	var inDoubt []int64
+	byID := map[int64]intentRow{}
+	for _, in := range all {
+		byID[in.ID] = in
+		if known[in.Kind] != nil {
+			known[in.Kind][strconv.FormatInt(in.ID, 10)] = true
+		}
+		n := ev.effects(in.Kind, in.ID)
+		if n > 1 {
+			rep.DuplicateEffects++
+			problem("intent %d (%s) took effect %d times at the double", in.ID, in.Kind, n)
+		}
+		switch in.State {
+		case "succeeded":
+			rep.Succeeded++
+			if n != 1 {
+				problem("intent %d (%s) succeeded with %d effects at the double, want exactly 1", in.ID, in.Kind, n)
+			}
+		case "in_doubt":
+			rep.InDoubt++
+			inDoubt = append(inDoubt, in.ID)
+			if n == 1 {
+				rep.InDoubtActed++
+			}
+		case "failed":
+			rep.Failed++
+			problem("intent %d (%s) failed after %d attempts: %s", in.ID, in.Kind, in.AttemptCount, in.LastError)
+		case "pending", "dispatching":
+			rep.Lost++
+			problem("intent %d (%s) still %s after the drain", in.ID, in.Kind, in.State)
+		default:
+			problem("intent %d (%s) ended %s, which nobody asked for", in.ID, in.Kind, in.State)
+		}
+	}
+	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.stripe.EffectsByIntent, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
+		for id, n := range byIntent {
+			if !known[kind][id] {
+				problem("the %s double performed %d effects for intent %s, which is not a %s intent in the database", kind, n, id, kind)
+			}
+		}
+	}
+	// Requests cut mid-body by a killed dispatcher carry no readable intent
+	// id; they cannot have acted, which the totals check: every effect at
+	// a double belongs to an intent.
+	rep.CutRequests = ev.unattributed
+	for name, c := range map[string]struct {
+		total    int
+		byIntent map[string]int
+	}{"Stripe": {ev.stripe.PaymentIntents, ev.stripe.EffectsByIntent}, "SendGrid": {ev.sendgrid.Emails, ev.sendgrid.EffectsByIntent}} {
+		sum := 0
+		for _, n := range c.byIntent {
+			sum += n
+		}
+		if sum != c.total {
+			problem("the %s double performed %d effects, of which only %d carry an intent id", name, c.total, sum)
+		}
+	}
+
+	if err := explainInDoubt(ctx, cfg, pool, ev, inDoubt, byID, rep, problem); err != nil {
+		return err
+	}
+
+	var markers, markersWrong, intentsWithoutMarker, orders, ordersTwice, markersWithoutOrder int
+	if err := pool.QueryRow(ctx, consistencySQL, ConsumerName, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail).
+		Scan(&markers, &markersWrong, &intentsWithoutMarker, &orders, &ordersTwice, &markersWithoutOrder, &rep.ReplayedAttempts, &rep.Reconciled); err != nil {
+		return fmt.Errorf("chaos: consistency: %w", err)
+	}
+	if markers != rep.Messages {
+		problem("%d processed markers for %d messages", markers, rep.Messages)
+	}
+	if markersWrong > 0 {
+		problem("%d processed markers without exactly their payment and email intents", markersWrong)
+	}
+	if intentsWithoutMarker > 0 {
+		problem("%d intents recorded by a consumer have no processed marker", intentsWithoutMarker)
+	}
+	if orders != rep.Messages || ordersTwice > 0 || markersWithoutOrder > 0 {
+		problem("business rows: %d messages stored, %d stored more than once, %d markers without their row (want %d, 0, 0)",
+			orders, ordersTwice, markersWithoutOrder, rep.Messages)
+	}
+	return nil
+}
+
+// explainInDoubt checks that every in_doubt intent was really ambiguous: it
+// has an ambiguous attempt, and the provider's side or the chaos log backs
+// the reason that attempt gives (see the Why constants).
+func explainInDoubt(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, ids []int64, byID map[int64]intentRow, rep *Report, problem func(string, ...any)) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := pool.Query(ctx, attemptsSQL, ids)
+	if err != nil {
+		return fmt.Errorf("chaos: read attempts: %w", err)
+	}
+	attempts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[attemptRow])
+	if err != nil {
+		return fmt.Errorf("chaos: read attempts: %w", err)
+	}
+	lastAmbiguous := map[int64]attemptRow{}
+	for _, a := range attempts {
+		if a.Outcome == "ambiguous" {
+			lastAmbiguous[a.IntentID] = a
+		}
+	}
+	for _, id := range ids {
+		in := byID[id]
+		a, ok := lastAmbiguous[id]
+		if !ok {
+			problem("intent %d (%s) is in_doubt without an ambiguous attempt (last error %q)", id, in.Kind, in.LastError)
+			continue
+		}
+		wire := ev.wire[in.Kind][id]
+		why := ""
+		switch {
+		case strings.Contains(a.Error, stoppedDuringCall):
+			if a.FinishedAt != nil && ev.diedDuring(a.StartedAt, *a.FinishedAt) {
+				why = WhyDiedDuringCall
+			}
+		case a.HTTPStatus >= 500:
+			for _, w := range wire {
+				if w.Status == a.HTTPStatus {
+					why = WhyServerError
+				}
+			}
+		default:
+			for _, w := range wire {
+				switch {
+				case w.Dropped:
+					why = WhyLostResponse
+				case why == "" && w.Ambiguous(cfg.CallTimeout):
+					why = WhySlowResponse
+				}
+			}
+		}
+		if why == "" {
+			problem("intent %d (%s) is in_doubt without evidence of ambiguity: attempt %d %s (HTTP %d, %q), wire %s",
+				id, in.Kind, a.Attempt, a.Outcome, a.HTTPStatus, a.Error, formatWire(wire))
+			continue
+		}
+		rep.InDoubtWhy[why]++
+	}
+	return nil
+}
+
+func formatWire(recs []WireRecord) string {
+	if len(recs) == 0 {
+		return "[no request reached the double]"
+	}
+	parts := make([]string, len(recs))
+	for i, r := range recs {
+		parts[i] = fmt.Sprintf("{status %d dropped=%t client_gone=%t took %s}", r.Status, r.Dropped, r.ClientGone, r.End.Sub(r.Start).Round(time.Millisecond))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}

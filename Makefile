@@ -38,9 +38,12 @@ test/race: test ## alias of test: the suite always runs with -race
 test/short: db-check $(TOOLS)/stripe-mock ## every test, without the race detector (faster)
 	$(GO) test -count=1 -timeout 10m ./...
 
+BENCH_OUT ?= bench-results.md
+
 .PHONY: bench
-bench: db-check ## benchmarks, each against a hand-written SQL baseline measured in the same run
-	$(GO) test -run '^$$' -bench . -benchtime 2000x ./intents
+bench: db-check ## throughput, latency and memory, each against a baseline from the same run: one table, also written to $(BENCH_OUT)
+	$(GO) build -o bin/outboxd ./cmd/outboxd
+	bin/outboxd bench --out $(BENCH_OUT)
 
 .PHONY: lint
 lint: $(TOOLS)/staticcheck ## gofmt check, go vet and staticcheck

@@ -21,6 +21,14 @@ const (
 	DefaultSweepGrace      = time.Minute
 	DefaultKeyWindowMargin = time.Hour
 
+	// DefaultFetchCooldown is Config.FetchCooldown's default. River's own
+	// default, 100ms, caps a queue at MaxWorkers jobs per 100ms (500/s at
+	// 50 workers) and adds up to 100ms between a commit and its call.
+	DefaultFetchCooldown = 5 * time.Millisecond
+	// DefaultFetchPollInterval is Config.FetchPollInterval's default,
+	// River's: polling is only the fallback when a notification is missed.
+	DefaultFetchPollInterval = time.Second
+
 	DefaultDedupWindow       = 7 * 24 * time.Hour
 	DefaultAuditRetention    = 30 * 24 * time.Hour
 	DefaultRetentionInterval = time.Hour
@@ -75,9 +83,21 @@ type Config struct {
 	// five seconds for the database. Defaults to that plus a minute.
 	RescueStuckJobsAfter time.Duration
 
-	// FetchCooldown and FetchPollInterval tune how fast River picks up new
-	// jobs; see river.Config. Zero keeps River's defaults.
-	FetchCooldown     time.Duration
+	// FetchCooldown is the shortest time between two fetches of new jobs
+	// (river.Config.FetchCooldown). The dispatcher fetches when it is told
+	// of new jobs (River's LISTEN/NOTIFY: intents.Client notifies when it
+	// records, see intents.Config.NotifyCooldown), when a worker frees up
+	// after a full fetch, and every FetchPollInterval; FetchCooldown spaces
+	// those fetches out. It bounds both latency (a new intent may wait up to
+	// FetchCooldown for its fetch) and throughput (at most MaxWorkers jobs
+	// per fetch, so MaxWorkers per FetchCooldown). Lower costs more fetch
+	// queries when busy, none when idle. Defaults to DefaultFetchCooldown.
+	FetchCooldown time.Duration
+
+	// FetchPollInterval is how often the dispatcher looks for jobs without
+	// being told (river.Config.FetchPollInterval): the fallback for a missed
+	// notification, and the latency of jobs inserted by something that does
+	// not notify. Defaults to DefaultFetchPollInterval.
 	FetchPollInterval time.Duration
 
 	// DedupWindow is how long a processed marker is kept: a message
@@ -146,6 +166,8 @@ func (c *Config) withDefaults() (*Config, error) {
 		{"DedupWindow", &out.DedupWindow, DefaultDedupWindow},
 		{"AuditRetention", &out.AuditRetention, DefaultAuditRetention},
 		{"RetentionInterval", &out.RetentionInterval, DefaultRetentionInterval},
+		{"FetchCooldown", &out.FetchCooldown, DefaultFetchCooldown},
+		{"FetchPollInterval", &out.FetchPollInterval, DefaultFetchPollInterval},
 	}
 	for _, d := range durations {
 		if *d.value < 0 {
@@ -154,6 +176,9 @@ func (c *Config) withDefaults() (*Config, error) {
 		if *d.value == 0 {
 			*d.value = d.def
 		}
+	}
+	if out.FetchCooldown < time.Millisecond || out.FetchPollInterval < time.Millisecond {
+		return nil, fmt.Errorf("dispatcher: Config.FetchCooldown and Config.FetchPollInterval must be at least 1ms, got %s and %s", out.FetchCooldown, out.FetchPollInterval)
 	}
 	if out.RetryBackoffMax < out.RetryBackoff {
 		return nil, fmt.Errorf("dispatcher: Config.RetryBackoffMax (%s) is less than RetryBackoff (%s)", out.RetryBackoffMax, out.RetryBackoff)

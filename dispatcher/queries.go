@@ -21,8 +21,9 @@ INSERT INTO outbox_attempts (intent_id, attempt, started_at)
 SELECT id, attempt_count, $2 FROM claimed
 RETURNING attempt`
 
-const lockIntentStateSQL = `
-SELECT state, attempt_count, kind, created_at FROM outbox_intents WHERE id = $1 FOR UPDATE`
+// intentStateSQL reads an intent's state, after the settlement's update in
+// the same transaction.
+const intentStateSQL = `SELECT state FROM outbox_intents WHERE id = $1`
 
 // closeOpenAttemptSQL records the outcome of a write-ahead attempt.
 const closeOpenAttemptSQL = `
@@ -36,22 +37,46 @@ const insertFinishedAttemptSQL = `
 INSERT INTO outbox_attempts (intent_id, attempt, started_at, finished_at, outcome, http_status, provider_ref, replayed, error)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
-// updateIntentOutcomeSQL also clears an operator's resend request: it
-// covered the one attempt whose outcome this records.
+// updateIntentOutcomeSQL records a settlement while the intent is still in
+// the state the attempt started from ($6), with an event ($8: from $6 to
+// $2, reason $9) when asked ($7), and returns how many intents it updated:
+// 0 when an operator moved the intent meanwhile. It also clears an
+// operator's resend request: it covered the one attempt whose outcome this
+// records.
 const updateIntentOutcomeSQL = `
-UPDATE outbox_intents
-SET state = $2,
-    resend_requested_at = NULL,
-    attempt_count = $3,
-    provider_ref = coalesce($4, provider_ref),
-    last_error = $5,
-    updated_at = now(),
-    finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN now() END
-WHERE id = $1`
+WITH updated AS (
+    UPDATE outbox_intents
+    SET state = $2,
+        resend_requested_at = NULL,
+        attempt_count = $3,
+        provider_ref = coalesce($4, provider_ref),
+        last_error = $5,
+        updated_at = now(),
+        finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN now() END
+    WHERE id = $1 AND state = $6
+    RETURNING id
+),
+event AS (
+    INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
+    SELECT id, 'dispatcher', $6, $2, $8
+    FROM updated
+    WHERE $7::boolean
+)
+SELECT count(*) FROM updated`
 
-const insertEventSQL = `
-INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
-VALUES ($1, 'dispatcher', $2, $3, $4)`
+// completeJobSQL completes the running dispatch job $1 unless its intent $2
+// is pending (another attempt is due). It writes what River's JobCompleteTx
+// writes for a job without metadata updates (River's
+// JobSetStateIfRunningMany with state completed): state completed and
+// finalized_at, only while the job is running. River's completer, run after
+// the worker returns, then finds the job no longer running and leaves it.
+// Sent after the outcome in the same transaction, it commits with it.
+const completeJobSQL = `
+UPDATE river_job
+SET state = 'completed', finalized_at = now()
+WHERE id = $1
+  AND state = 'running'
+  AND (SELECT state FROM outbox_intents WHERE id = $2) <> 'pending'`
 
 // strandedIntentsSQL finds unfinished intents with no live dispatch job.
 // River's GIN index on river_job.args serves the containment test.

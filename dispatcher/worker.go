@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/providers"
@@ -99,7 +98,7 @@ func (d *Dispatcher) work(ctx context.Context, job *river.Job[intenttype.Dispatc
 		}, "the dispatcher stopped during the call")
 	}
 	if in.attemptCount >= d.config.maxAttemptsFor(in.kind) {
-		return d.settle(ctx, job, in.id, settlement{
+		return d.settle(ctx, job, in, settlement{
 			fromState: in.state, state: intenttype.StateFailed, attemptCount: in.attemptCount,
 			lastError: fmt.Sprintf("gave up after %d attempts", in.attemptCount), reason: "attempts exhausted",
 		})
@@ -120,10 +119,9 @@ func (d *Dispatcher) work(ctx context.Context, job *river.Job[intenttype.Dispatc
 	}
 
 	// No key: commit the attempt as started before calling.
+	// One statement, so one implicit transaction and one round trip.
 	var number int
-	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, claimForWriteAheadSQL, in.id, time.Now()).Scan(&number)
-	})
+	err = d.pool.QueryRow(ctx, claimForWriteAheadSQL, in.id, time.Now()).Scan(&number)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // moved on meanwhile (an operator cancelled it)
 	}
@@ -150,7 +148,7 @@ func (d *Dispatcher) finishAttempt(ctx context.Context, job *river.Job[intenttyp
 	att.httpStatus, att.ref, att.replayed = res.HTTPStatus, res.ProviderRef, res.Replayed
 	if callErr == nil {
 		att.outcome = providers.OutcomeSucceeded
-		return d.settle(ctx, job, in.id, settlement{
+		return d.settle(ctx, job, in, settlement{
 			fromState: in.state, state: intenttype.StateSucceeded, attemptCount: att.number,
 			providerRef: res.ProviderRef, attempt: att, reason: replayedReason(res.Replayed),
 		})
@@ -175,7 +173,7 @@ func (d *Dispatcher) finishAttempt(ctx context.Context, job *river.Job[intenttyp
 		in.attemptCount = att.number
 		return d.settleAmbiguous(ctx, job, in, p, req, att, classified.Error())
 	}
-	return d.settle(ctx, job, in.id, s)
+	return d.settle(ctx, job, in, s)
 }
 
 // settleAmbiguous reconciles an attempt whose outcome is unknown. Found at
@@ -191,7 +189,7 @@ func (d *Dispatcher) settleAmbiguous(ctx context.Context, job *river.Job[intentt
 		s.state, s.lastError = intenttype.StateInDoubt, "ambiguous: "+why+"; "+note
 		s.reason = s.lastError
 	}
-	return d.settle(ctx, job, in.id, s)
+	return d.settle(ctx, job, in, s)
 }
 
 func (d *Dispatcher) reconcile(ctx context.Context, p providers.Provider, req providers.Request) (ref string, found bool, note string) {
@@ -214,54 +212,49 @@ func (d *Dispatcher) reconcile(ctx context.Context, p providers.Provider, req pr
 // when the state changes, and, unless another attempt is due, the job's
 // completion, all in one transaction. Returning an error after a retry
 // settlement lets River schedule the next attempt.
-func (d *Dispatcher) settle(ctx context.Context, job *river.Job[intenttype.DispatchArgs], intentID int64, s settlement) error {
+//
+// The statements go in one pgx.Batch: one round trip, run by Postgres as
+// one implicit transaction (everything up to the batch's Sync), so they
+// commit together or not at all. The update locks the intent's row and
+// applies only while the intent is still in s.fromState; if an operator is
+// moving it at that moment, the update waits for them and then finds the
+// state changed, and the intent is left as they put it (the attempt is
+// still recorded, for the audit). The later statements, each with a fresh
+// snapshot, read the state as the update left it: the job is completed
+// (completeJobSQL, as River's JobCompleteTx would complete it) unless the
+// intent is pending again.
+func (d *Dispatcher) settle(ctx context.Context, job *river.Job[intenttype.DispatchArgs], in intentRow, s settlement) error {
 	// The outcome must be recorded even if shutdown cancelled the work.
 	ctx = context.WithoutCancel(ctx)
-	var kind string          // for the Observer
-	var recordedAt time.Time // for the Observer
-	settled := false         // the state changed as s says: for the Observer
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		var current intenttype.State
-		var attempts int
-		if err := tx.QueryRow(ctx, lockIntentStateSQL, intentID).Scan(&current, &attempts, &kind, &recordedAt); err != nil {
-			return err
-		}
-		if a := s.attempt; a != nil {
-			if a.writeAhead {
-				if _, err := tx.Exec(ctx, closeOpenAttemptSQL, intentID, a.number, a.finished, a.outcome, nullInt(a.httpStatus), nullString(a.ref), a.replayed, nullString(a.errText)); err != nil {
-					return err
-				}
-			} else if _, err := tx.Exec(ctx, insertFinishedAttemptSQL, intentID, a.number, a.started, a.finished, a.outcome, nullInt(a.httpStatus), nullString(a.ref), a.replayed, nullString(a.errText)); err != nil {
-				return err
-			}
-		}
-		if current == s.fromState {
-			if _, err := tx.Exec(ctx, updateIntentOutcomeSQL, intentID, s.state, s.attemptCount, nullString(s.providerRef), nullString(s.lastError)); err != nil {
-				return err
-			}
-			settled = s.state != s.fromState
-			if s.state != s.fromState && s.state != intenttype.StatePending {
-				if _, err := tx.Exec(ctx, insertEventSQL, intentID, s.fromState, s.state, s.reason); err != nil {
-					return err
-				}
-			}
+	var (
+		current intenttype.State
+		updated int
+	)
+	b := &pgx.Batch{}
+	recordEvent := s.state != s.fromState && s.state != intenttype.StatePending
+	b.Queue(updateIntentOutcomeSQL, in.id, s.state, s.attemptCount, nullString(s.providerRef), nullString(s.lastError), s.fromState, recordEvent, s.reason).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&updated) })
+	if a := s.attempt; a != nil {
+		if a.writeAhead {
+			b.Queue(closeOpenAttemptSQL, in.id, a.number, a.finished, a.outcome, nullInt(a.httpStatus), nullString(a.ref), a.replayed, nullString(a.errText))
 		} else {
-			// An operator moved the intent while the call was in flight:
-			// keep the attempt for the audit, leave the state to them.
-			d.config.Logger.WarnContext(ctx, "intent changed state during an attempt", "intent_id", intentID, "state", current)
-			s.state = current
+			b.Queue(insertFinishedAttemptSQL, in.id, a.number, a.started, a.finished, a.outcome, nullInt(a.httpStatus), nullString(a.ref), a.replayed, nullString(a.errText))
 		}
-		if s.state == intenttype.StatePending {
-			return nil
-		}
-		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("dispatcher: record outcome of intent %d: %w", intentID, err)
 	}
-	d.logSettlement(ctx, job, intentID, s)
-	d.observe(kind, recordedAt, s, settled)
+	b.Queue(completeJobSQL, job.ID, in.id)
+	b.Queue(intentStateSQL, in.id).QueryRow(func(row pgx.Row) error { return row.Scan(&current) })
+	err := d.pool.SendBatch(ctx, b).Close()
+	if err != nil {
+		return fmt.Errorf("dispatcher: record outcome of intent %d: %w", in.id, err)
+	}
+	// settled: the state changed as s says, for the Observer.
+	settled := updated == 1 && s.state != s.fromState
+	if updated == 0 {
+		d.config.Logger.WarnContext(ctx, "intent changed state during an attempt", "intent_id", in.id, "state", current)
+		s.state = current
+	}
+	d.logSettlement(ctx, job, in.id, s)
+	d.observe(in.kind, in.createdAt, s, settled)
 	if s.state != intenttype.StatePending {
 		return nil
 	}

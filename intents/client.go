@@ -6,10 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxkit/outbox/providers"
 )
@@ -21,6 +18,8 @@ const (
 	DefaultMaxTxAttempts = 5
 	// DefaultTxRetryDelay is Config.TxRetryDelay's default.
 	DefaultTxRetryDelay = 20 * time.Millisecond
+	// DefaultNotifyCooldown is Config.NotifyCooldown's default.
+	DefaultNotifyCooldown = 5 * time.Millisecond
 )
 
 // Config configures a Client.
@@ -43,6 +42,18 @@ type Config struct {
 	// TxRetryDelay is the first delay between transaction attempts; it
 	// doubles each time, with jitter. Defaults to DefaultTxRetryDelay.
 	TxRetryDelay time.Duration
+
+	// NotifyCooldown is the shortest time between two notifications this
+	// client sends (a Postgres NOTIFY on River's insert channel, inside the
+	// recording transaction) to wake dispatchers when it records intents. A
+	// notified dispatcher fetches the new jobs at once (within its
+	// dispatcher.Config.FetchCooldown); intents committed between two
+	// notifications wait for the next one, or for the dispatcher's poll
+	// (FetchPollInterval). Lower means lower latency from commit to
+	// dispatch; each notification costs a NOTIFY, which briefly serialises
+	// commits. Defaults to DefaultNotifyCooldown (River's own inserts use
+	// its FetchCooldown, 100ms).
+	NotifyCooldown time.Duration
 
 	// Logger receives retry warnings. Defaults to discarding.
 	Logger *slog.Logger
@@ -74,6 +85,12 @@ func (c *Config) withDefaults() (*Config, error) {
 	if out.TxRetryDelay < 0 {
 		return nil, fmt.Errorf("intents: Config.TxRetryDelay must be positive, got %s", out.TxRetryDelay)
 	}
+	if out.NotifyCooldown == 0 {
+		out.NotifyCooldown = DefaultNotifyCooldown
+	}
+	if out.NotifyCooldown < 0 {
+		return nil, fmt.Errorf("intents: Config.NotifyCooldown must be positive, got %s", out.NotifyCooldown)
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -84,8 +101,9 @@ func (c *Config) withDefaults() (*Config, error) {
 type Client struct {
 	pool   *pgxpool.Pool
 	config *Config
-	// jobs inserts dispatch jobs; it runs no workers.
-	jobs *river.Client[pgx.Tx]
+	// job is what every dispatch job row shares; see insertIntentsSQL.
+	job    dispatchJob
+	notify *notifyLimiter
 }
 
 // NewClient returns a Client that records intents in the database behind
@@ -98,9 +116,9 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: cfg.Logger})
+	job, err := newDispatchJob()
 	if err != nil {
-		return nil, fmt.Errorf("intents: river client: %w", err)
+		return nil, err
 	}
-	return &Client{pool: pool, config: cfg, jobs: jobs}, nil
+	return &Client{pool: pool, config: cfg, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: time.Now}}, nil
 }

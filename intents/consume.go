@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sethvargo/go-retry"
 )
 
@@ -99,24 +100,99 @@ func (c *Client) Consume(ctx context.Context, msg Message, handler Handler) (Res
 	return result, err
 }
 
-func (c *Client) consumeOnce(ctx context.Context, msg Message, handler Handler) (res Result, err error) {
-	tx, err := c.pool.Begin(ctx)
-	if err != nil {
-		return Result{}, fmt.Errorf("intents: begin: %w", err)
-	}
-	defer func() {
-		if err != nil || res.Duplicate {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+// consumeOnce runs one attempt at msg in its own transaction, in four
+// round trips besides the handler's own: BEGIN, the marker, then the
+// intents' statement and COMMIT in one batch.
+func (c *Client) consumeOnce(ctx context.Context, msg Message, handler Handler) (Result, error) {
+	var res Result
+	var pi pendingInsert
+	err := c.inTx(ctx, &msg, func(tx pgx.Tx, b *pgx.Batch) (bool, error) {
+		prepared, err := c.handle(ctx, tx, msg, handler)
+		if err != nil {
+			return false, err
 		}
-	}()
-	res, err = c.consumeTx(ctx, tx, msg, handler)
-	if err != nil || res.Duplicate {
-		return res, err
+		if len(prepared) > 0 {
+			pi.add(&msg, prepared, "consumer:"+msg.Consumer)
+			c.queueInsert(b, &pi)
+		}
+		return true, nil
+	})
+	if errors.Is(err, errDuplicateMarker) {
+		return Result{Duplicate: true}, nil
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return Result{}, fmt.Errorf("intents: commit: %w", err)
+	if err != nil {
+		return Result{}, err
+	}
+	if pi.len() > 0 {
+		res.Intents = pi.recorded(0, pi.len())
 	}
 	return res, nil
+}
+
+// errDuplicateMarker is inTx's report that the message's marker exists.
+var errDuplicateMarker = errors.New("processed marker exists")
+
+// inTx runs fn in a transaction on a connection of its own. With marker,
+// the transaction begins by inserting the message's processed marker (a
+// parameterised statement, like all of this package's SQL), and a message
+// already processed returns errDuplicateMarker without running fn. fn makes its writes through tx and
+// queues its last statements in b; when it returns commit, b is sent with
+// COMMIT in one round trip. Otherwise, or on any error, the transaction is
+// rolled back.
+func (c *Client) inTx(ctx context.Context, marker *Message, fn func(tx pgx.Tx, b *pgx.Batch) (commit bool, err error)) error {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("intents: begin: %w", err)
+	}
+	// A connection left inside a transaction (a lost connection, a failed
+	// rollback) is closed by Release, never reused.
+	defer conn.Release()
+	rollback := func() {
+		// COMMIT may have gone in the batch, behind pgx's back: roll back
+		// only what is still open or failed.
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}
+	defer rollback()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("intents: begin: %w", err)
+	}
+	if marker != nil {
+		tag, err := tx.Exec(ctx, insertProcessedMarkerSQL, marker.Consumer, marker.ID)
+		if err != nil {
+			return fmt.Errorf("intents: insert processed marker: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			// Another transaction holds or held the marker; a concurrent
+			// one was waited for until it committed.
+			return errDuplicateMarker
+		}
+	}
+	b := &pgx.Batch{}
+	commit, err := fn(tx, b)
+	if err != nil || !commit {
+		return err
+	}
+	if b.Len() == 0 {
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("intents: commit: %w", err)
+		}
+		return nil
+	}
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			// The transaction had failed already (a handler ignored an
+			// error): COMMIT rolled it back.
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return mapInsertError(err)
+	}
+	return nil
 }
 
 // ConsumeTx is Consume inside a transaction the caller holds. It does not
@@ -134,31 +210,49 @@ func (c *Client) ConsumeTx(ctx context.Context, tx pgx.Tx, msg Message, handler 
 }
 
 func (c *Client) consumeTx(ctx context.Context, tx pgx.Tx, msg Message, handler Handler) (Result, error) {
-	tag, err := tx.Exec(ctx, insertProcessedMarkerSQL, msg.Consumer, msg.ID)
-	if err != nil {
-		return Result{}, fmt.Errorf("intents: insert processed marker: %w", err)
+	dup, prepared, err := c.runConsumer(ctx, tx, msg, handler)
+	if err != nil || dup || len(prepared) == 0 {
+		return Result{Duplicate: dup}, err
 	}
-	if tag.RowsAffected() == 0 {
-		return Result{Duplicate: true}, nil
-	}
-	rec := &Recorder{client: c}
-	if err := runHandler(ctx, tx, rec, handler); err != nil {
-		return Result{}, err
-	}
-	if rec.err != nil {
-		return Result{}, rec.err
-	}
-	if len(rec.pending) == 0 {
-		return Result{}, nil
-	}
-	if err := deriveKeys(msg, rec.pending); err != nil {
-		return Result{}, err
-	}
-	recorded, err := c.insert(ctx, tx, &msg, rec.pending, "consumer:"+msg.Consumer)
+	recorded, err := c.insert(ctx, tx, &msg, prepared, "consumer:"+msg.Consumer)
 	if err != nil {
 		return Result{}, err
 	}
 	return Result{Intents: recorded}, nil
+}
+
+// runConsumer inserts msg's processed marker and, when it is new, runs the
+// handler and returns the intents it recorded, validated and keyed, for the
+// caller to store.
+func (c *Client) runConsumer(ctx context.Context, tx pgx.Tx, msg Message, handler Handler) (duplicate bool, prepared []preparedIntent, err error) {
+	tag, err := tx.Exec(ctx, insertProcessedMarkerSQL, msg.Consumer, msg.ID)
+	if err != nil {
+		return false, nil, fmt.Errorf("intents: insert processed marker: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return true, nil, nil
+	}
+	prepared, err = c.handle(ctx, tx, msg, handler)
+	return false, prepared, err
+}
+
+// handle runs handler for a new message and returns the intents it
+// recorded, with keys derived from msg.
+func (c *Client) handle(ctx context.Context, tx pgx.Tx, msg Message, handler Handler) ([]preparedIntent, error) {
+	rec := &Recorder{client: c}
+	if err := runHandler(ctx, tx, rec, handler); err != nil {
+		return nil, err
+	}
+	if rec.err != nil {
+		return nil, rec.err
+	}
+	if len(rec.pending) == 0 {
+		return nil, nil
+	}
+	if err := deriveKeys(msg, rec.pending); err != nil {
+		return nil, err
+	}
+	return rec.pending, nil
 }
 
 func runHandler(ctx context.Context, tx pgx.Tx, rec *Recorder, handler Handler) (err error) {

@@ -23,6 +23,11 @@
 // dispatcher passes the key to providers that accept one, so a retried call
 // is answered with the first call's result.
 //
+// A consumer that receives messages in batches can process a whole batch
+// in one transaction with Client.ConsumeBatch: each message still gets its
+// own marker and duplicate detection, the batch commits or rolls back as a
+// whole, and it costs three round trips however many messages it holds.
+//
 // Code that records intents outside a message consumer (an HTTP handler that
 // creates a note and publishes NoteCreated) uses RecordTx inside its own
 // transaction.

@@ -14,9 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/riverqueue/river"
 
-	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -213,41 +211,86 @@ func checkKey(p preparedIntent) error {
 	return nil
 }
 
-// insert writes the intents, their "recorded" events and their dispatch jobs
-// in tx.
-func (c *Client) insert(ctx context.Context, tx pgx.Tx, msg *Message, prepared []preparedIntent, actor string) ([]Recorded, error) {
-	n := len(prepared)
-	keys, kinds, providerNames, names, refs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
-	payloads := make([]string, n)
-	for i, p := range prepared {
-		keys[i], kinds[i], providerNames[i], names[i] = p.key, p.kind, p.provider.Name(), p.name
-		payloads[i] = string(p.payload)
+// pendingInsert gathers the intents one insertIntentsSQL statement stores,
+// possibly from several messages.
+type pendingInsert struct {
+	keys, kinds, providerNames, names, payloads, actors []string
+	refs, consumers, messageIDs                         []*string
+	// ids are the stored intents' ids, in order, once the batch has run.
+	ids []int64
+}
+
+func (pi *pendingInsert) len() int { return len(pi.keys) }
+
+// add appends the prepared intents of one message (nil outside a consumer).
+func (pi *pendingInsert) add(msg *Message, prepared []preparedIntent, actor string) {
+	for i := range prepared {
+		p := &prepared[i]
+		pi.keys = append(pi.keys, p.key)
+		pi.kinds = append(pi.kinds, p.kind)
+		pi.providerNames = append(pi.providerNames, p.provider.Name())
+		pi.names = append(pi.names, p.name)
+		pi.payloads = append(pi.payloads, string(p.payload))
+		pi.actors = append(pi.actors, actor)
+		var ref, consumer, messageID *string
 		if p.reference != "" {
-			refs[i] = &prepared[i].reference
+			ref = &p.reference
 		}
+		if msg != nil {
+			consumer, messageID = &msg.Consumer, &msg.ID
+		}
+		pi.refs = append(pi.refs, ref)
+		pi.consumers = append(pi.consumers, consumer)
+		pi.messageIDs = append(pi.messageIDs, messageID)
 	}
-	var consumer, messageID *string
-	if msg != nil {
-		consumer, messageID = &msg.Consumer, &msg.ID
+}
+
+// recorded describes the intents from the from-th on, once the batch ran.
+func (pi *pendingInsert) recorded(from, n int) []Recorded {
+	out := make([]Recorded, n)
+	for i := range out {
+		j := from + i
+		out[i] = Recorded{ID: pi.ids[j], Key: pi.keys[j], Kind: pi.kinds[j], Name: pi.names[j]}
 	}
-	rows, err := tx.Query(ctx, insertIntentsSQL, keys, kinds, providerNames, names, payloads, refs, consumer, messageID, actor)
-	if err != nil {
+	return out
+}
+
+// queueInsert adds to b the statement that stores pi's intents, their
+// events and their dispatch jobs, and a notification to wake dispatchers
+// when one is due. Sent with the transaction's COMMIT in one batch, the
+// whole write costs one round trip.
+func (c *Client) queueInsert(b *pgx.Batch, pi *pendingInsert) {
+	collect := func(rows pgx.Rows) error {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err == nil && len(ids) != pi.len() {
+			err = fmt.Errorf("stored %d intents of %d", len(ids), pi.len())
+		}
+		pi.ids = ids
+		return err
+	}
+	if pi.len() == 1 {
+		b.Queue(insertIntentSQL, pi.keys[0], pi.kinds[0], pi.providerNames[0], pi.names[0], pi.payloads[0], pi.refs[0], pi.consumers[0], pi.messageIDs[0], pi.actors[0],
+			c.job.kind, c.job.queue, c.job.priority, c.job.maxAttempts, c.job.uniqueStates).Query(collect)
+	} else {
+		b.Queue(insertIntentsSQL, pi.keys, pi.kinds, pi.providerNames, pi.names, pi.payloads, pi.refs, pi.consumers, pi.messageIDs, pi.actors,
+			c.job.kind, c.job.queue, c.job.priority, c.job.maxAttempts, c.job.uniqueStates).Query(collect)
+	}
+	if c.notify.due() {
+		b.Queue(notifyInsertSQL, c.job.notice)
+	}
+}
+
+// insert writes the intents, their "recorded" events and their dispatch jobs
+// in tx, in one round trip.
+func (c *Client) insert(ctx context.Context, tx pgx.Tx, msg *Message, prepared []preparedIntent, actor string) ([]Recorded, error) {
+	var pi pendingInsert
+	pi.add(msg, prepared, actor)
+	b := &pgx.Batch{}
+	c.queueInsert(b, &pi)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, mapInsertError(err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, mapInsertError(err)
-	}
-	recorded := make([]Recorded, n)
-	jobs := make([]river.InsertManyParams, n)
-	for i, id := range ids {
-		recorded[i] = Recorded{ID: id, Key: keys[i], Kind: kinds[i], Name: names[i]}
-		jobs[i] = river.InsertManyParams{Args: intenttype.DispatchArgs{IntentID: id}}
-	}
-	if _, err := c.jobs.InsertManyTx(ctx, tx, jobs); err != nil {
-		return nil, fmt.Errorf("intents: enqueue dispatch jobs: %w", err)
-	}
-	return recorded, nil
+	return pi.recorded(0, pi.len()), nil
 }
 
 func mapInsertError(err error) error {

@@ -41,6 +41,7 @@ func commands() []command {
 		{"intents", "list and show intents; retry, cancel or resolve one (operator actions, audited)", runIntents},
 		{"stats", "count intents by state and kind; in_doubt count and oldest pending age", runStats},
 		{"doubles", "serve the Stripe and SendGrid doubles for local development", runDoubles},
+		{"bench", "measure throughput, latency and memory against baselines from the same run", runBench},
 		{"chaos", "prove exactly-once under fire: killed dispatchers, killed connections, faulty providers", runChaos},
 	}
 }

@@ -1,0 +1,232 @@
+package intents_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+)
+
+// batchOrderHandler stores an order per message and records its payment
+// and receipt, as orderHandler does for Consume.
+func batchOrderHandler(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+	return orderHandler("order-"+msg.ID)(ctx, tx, rec)
+}
+
+func TestConsumeBatchProcessesEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	m := func(id string) intents.Message { return intents.Message{Consumer: "orders", ID: id} }
+	ran := 0
+	handler := func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+		ran++
+		if msg.ID == "no-intents" {
+			return nil
+		}
+		return batchOrderHandler(ctx, tx, msg, rec)
+	}
+
+	// m1 twice in one batch: the second is a duplicate.
+	res, err := b.client.ConsumeBatch(ctx, []intents.Message{m("m1"), m("m2"), m("m1"), m("no-intents")}, handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 4 || res[0].Duplicate || res[1].Duplicate || !res[2].Duplicate || res[3].Duplicate {
+		t.Fatalf("results = %+v, want new, new, duplicate, new", res)
+	}
+	if len(res[0].Intents) != 2 || res[0].Intents[0].Key != "orders:m1:payment" || res[1].Intents[1].Key != "orders:m2:receipt" || len(res[3].Intents) != 0 {
+		t.Fatalf("recorded intents = %+v", res)
+	}
+	if ran != 3 {
+		t.Fatalf("handler ran %d times, want 3", ran)
+	}
+	if got, want := b.counts(t), (counts{markers: 3, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+		t.Fatalf("rows = %+v, want %+v", got, want)
+	}
+
+	// Across batches: m2 was processed, m3 is new.
+	res, err = b.client.ConsumeBatch(ctx, []intents.Message{m("m2"), m("m3")}, handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res[0].Duplicate || res[0].Intents != nil || res[1].Duplicate || len(res[1].Intents) != 2 {
+		t.Fatalf("second batch = %+v, want duplicate then new", res)
+	}
+	if got, want := b.counts(t), (counts{markers: 4, orders: 3, intents: 6, events: 6, jobs: 6}); got != want {
+		t.Fatalf("rows = %+v, want %+v", got, want)
+	}
+
+	// A message seen by Consume is a duplicate in a batch, and the reverse.
+	if _, err := b.client.Consume(ctx, m("m4"), orderHandler("order-m4")); err != nil {
+		t.Fatal(err)
+	}
+	res, err = b.client.ConsumeBatch(ctx, []intents.Message{m("m4")}, handler)
+	if err != nil || !res[0].Duplicate {
+		t.Fatalf("batch of a consumed message = %+v, %v; want a duplicate", res, err)
+	}
+	single, err := b.client.Consume(ctx, m("m3"), orderHandler("order-m3"))
+	if err != nil || !single.Duplicate {
+		t.Fatalf("Consume of a batched message = %+v, %v; want a duplicate", single, err)
+	}
+}
+
+func TestConsumeBatchRollsBackEverythingOnAnyFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	msgs := []intents.Message{{Consumer: "orders", ID: "a"}, {Consumer: "orders", ID: "b"}, {Consumer: "orders", ID: "c"}}
+	boom := errors.New("boom")
+	cases := map[string]struct {
+		handler intents.BatchHandler
+		check   func(error) bool
+	}{
+		"error": {
+			handler: func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+				if msg.ID == "b" {
+					return boom
+				}
+				return batchOrderHandler(ctx, tx, msg, rec)
+			},
+			check: func(err error) bool { return errors.Is(err, boom) },
+		},
+		"panic": {
+			handler: func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+				if msg.ID == "b" {
+					panic("handler bug")
+				}
+				return batchOrderHandler(ctx, tx, msg, rec)
+			},
+			check: func(err error) bool { var p *intents.PanicError; return errors.As(err, &p) },
+		},
+		"refused intent": {
+			handler: func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+				if msg.ID == "b" {
+					_ = rec.Record(intents.Intent{Kind: sendgridprovider.KindEmail, Payload: map[string]any{"subject": "no recipients"}})
+					return nil // ignoring the refusal does not save the batch
+				}
+				return batchOrderHandler(ctx, tx, msg, rec)
+			},
+			check: func(err error) bool { return errors.Is(err, intents.ErrInvalidIntent) },
+		},
+	}
+	for name, tc := range cases {
+		_, err := b.client.ConsumeBatch(ctx, msgs, tc.handler)
+		var batchErr *intents.BatchError
+		if !errors.As(err, &batchErr) || batchErr.Index != 1 || batchErr.Message.ID != "b" || !tc.check(err) {
+			t.Fatalf("%s: ConsumeBatch = %v, want a *BatchError for message 1 wrapping the cause", name, err)
+		}
+		if got := b.counts(t); got != (counts{}) {
+			t.Fatalf("%s: rows after a failed batch = %+v, want none", name, got)
+		}
+	}
+	// The redelivered batch then succeeds.
+	res, err := b.client.ConsumeBatch(ctx, msgs, batchOrderHandler)
+	if err != nil || len(res) != 3 || res[1].Duplicate {
+		t.Fatalf("redelivery = %+v, %v", res, err)
+	}
+	if got, want := b.counts(t), (counts{markers: 3, orders: 3, intents: 6, events: 6, jobs: 6}); got != want {
+		t.Fatalf("rows = %+v, want %+v", got, want)
+	}
+}
+
+func TestConsumeBatchRefusesInvalidMessagesWithNothingWritten(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ran := false
+	_, err := b.client.ConsumeBatch(context.Background(), []intents.Message{{Consumer: "orders", ID: "ok"}, {Consumer: "orders", ID: ""}},
+		func(context.Context, pgx.Tx, intents.Message, *intents.Recorder) error { ran = true; return nil })
+	if !errors.Is(err, intents.ErrInvalidMessage) || !strings.Contains(err.Error(), "batch message 1") {
+		t.Fatalf("ConsumeBatch = %v, want ErrInvalidMessage naming message 1", err)
+	}
+	if ran || b.counts(t) != (counts{}) {
+		t.Fatalf("an invalid batch ran its handler or wrote rows")
+	}
+	if _, err := b.client.ConsumeBatch(context.Background(), nil, nil); err == nil {
+		t.Fatal("a nil handler was accepted")
+	}
+}
+
+// Concurrent batches over the same messages, in different orders, process
+// each message exactly once and never fail with a deadlock.
+func TestConcurrentOverlappingBatchesProcessEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	const messages, batches = 40, 8
+	var handled atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, batches)
+	for g := range batches {
+		msgs := make([]intents.Message, messages)
+		for i := range msgs {
+			msgs[i] = intents.Message{Consumer: "orders", ID: fmt.Sprint("m", i)}
+		}
+		rand.New(rand.NewPCG(uint64(g), 7)).Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := b.client.ConsumeBatch(ctx, msgs, batchOrderHandler)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for _, r := range res {
+				if !r.Duplicate {
+					handled.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("ConsumeBatch: %v", err)
+	}
+	if n := handled.Load(); n != messages {
+		t.Fatalf("%d messages reported processed, want %d", n, messages)
+	}
+	if got, want := b.counts(t), (counts{markers: messages, orders: messages, intents: 2 * messages, events: 2 * messages, jobs: 2 * messages}); got != want {
+		t.Fatalf("rows = %+v, want %+v", got, want)
+	}
+}
+
+func TestConsumeBatchTxLeavesCommitToTheCaller(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	msgs := []intents.Message{{Consumer: "orders", ID: "a"}, {Consumer: "orders", ID: "b"}}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.ConsumeBatchTx(ctx, tx, msgs, batchOrderHandler); err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback(ctx)
+	if got := b.counts(t); got != (counts{}) {
+		t.Fatalf("rows after the caller rolled back = %+v", got)
+	}
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		res, err := b.client.ConsumeBatchTx(ctx, tx, msgs, batchOrderHandler)
+		if err == nil && (res[0].Duplicate || len(res[1].Intents) != 2) {
+			err = fmt.Errorf("results %+v", res)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+		t.Fatalf("rows = %+v, want %+v", got, want)
+	}
+}

@@ -1,0 +1,114 @@
+package intents
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+)
+
+// dispatchJob is what every dispatch job's river_job row shares, derived
+// from intenttype.DispatchArgs's InsertOpts the way River derives it (River's
+// insertParamsFromConfigArgsAndOptions), so that insertIntentsSQL can write
+// the job in the statement that writes its intent instead of a second round
+// trip through River's InsertManyTx. TestDispatchJobsMatchRiver proves the
+// rows equal River's, unique key included.
+type dispatchJob struct {
+	kind         string
+	queue        string
+	priority     int16
+	maxAttempts  int16
+	uniqueStates int32 // River's bit(8) mask of the states the unique key holds in
+	notice       string
+}
+
+// riverPriorityDefault is River's default priority (rivercommon.PriorityDefault).
+const riverPriorityDefault = 1
+
+// riverStateBit is River's bit index of a job state in unique_states
+// (rivershared/uniquestates): the state sets bit 7-index of the mask.
+func riverStateBit(s rivertype.JobState) (uint, bool) {
+	switch s {
+	case rivertype.JobStateAvailable:
+		return 7, true
+	case rivertype.JobStateCancelled:
+		return 6, true
+	case rivertype.JobStateCompleted:
+		return 5, true
+	case rivertype.JobStateDiscarded:
+		return 4, true
+	case rivertype.JobStatePending:
+		return 3, true
+	case rivertype.JobStateRetryable:
+		return 2, true
+	case rivertype.JobStateRunning:
+		return 1, true
+	case rivertype.JobStateScheduled:
+		return 0, true
+	}
+	return 0, false
+}
+
+func newDispatchJob() (dispatchJob, error) {
+	args := intenttype.DispatchArgs{}
+	opts := args.InsertOpts()
+	u := opts.UniqueOpts
+	// insertIntentsSQL computes River's key for ByArgs alone over the args
+	// {"intent_id":N}; any other unique option changes River's key.
+	if !u.ByArgs || u.ByPeriod != 0 || u.ByQueue || u.ExcludeKind || len(u.ByState) == 0 {
+		return dispatchJob{}, errors.New("intents: DispatchArgs.InsertOpts has unique options insertIntentsSQL does not reproduce")
+	}
+	if opts.Queue == "" || opts.MaxAttempts < 1 || opts.Priority < 0 || opts.Priority > 4 || len(opts.Tags) > 0 || len(opts.Metadata) > 0 || opts.Pending || !opts.ScheduledAt.IsZero() {
+		return dispatchJob{}, errors.New("intents: DispatchArgs.InsertOpts has options insertIntentsSQL does not reproduce")
+	}
+	var mask int32
+	for _, s := range u.ByState {
+		bit, ok := riverStateBit(s)
+		if !ok {
+			return dispatchJob{}, fmt.Errorf("intents: unknown River job state %q", s)
+		}
+		mask |= 1 << (7 - bit)
+	}
+	priority := opts.Priority
+	if priority == 0 {
+		priority = riverPriorityDefault
+	}
+	return dispatchJob{
+		kind:         args.Kind(),
+		queue:        opts.Queue,
+		priority:     int16(priority),
+		maxAttempts:  int16(opts.MaxAttempts),
+		uniqueStates: mask,
+		// River's insert notification payload: fmt's %q of the queue.
+		notice: fmt.Sprintf("{\"queue\": %q}", opts.Queue),
+	}, nil
+}
+
+// notifyLimiter spaces out the insert notifications a Client sends, as
+// River's client does for its own inserts (one per FetchCooldown per
+// queue): a notification wakes every listening dispatcher, so one per
+// cooldown is enough, and a NOTIFY serialises commits briefly.
+type notifyLimiter struct {
+	cooldown time.Duration
+	now      func() time.Time
+
+	mu   sync.Mutex
+	last time.Time
+}
+
+// due reports whether a notification should be sent now, and if so counts
+// it as sent.
+func (l *notifyLimiter) due() bool {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.last) < l.cooldown {
+		return false
+	}
+	l.last = now
+	return true
+}

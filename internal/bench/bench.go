@@ -1,0 +1,401 @@
+// Package bench measures the outbox's throughput, latency and memory, each
+// figure against a baseline measured in the same run on the same database,
+// and renders one table. outboxd bench runs it; `make bench` runs that.
+//
+// Every scenario runs in a scratch database of its own, created on the
+// server at Config.ServerURL, migrated, and dropped afterwards. Providers are
+// the Stripe and SendGrid test doubles, in this process, without faults
+// unless the scenario says otherwise. The measures, their baselines and
+// their targets are:
+//
+//   - consume: messages per second through intents.Client.Consume, one
+//     intent each, at 1, 8 and 32 concurrent consumers, against hand-written
+//     pgx writing the same rows (marker, intent, event, River job) in one
+//     transaction. Targets: 85% of the baseline at 1 consumer, 80% at 8 and 32.
+//   - batch: messages per second through ConsumeBatch at batches of 100,
+//     against hand-written pgx writing the same rows per batch. Target:
+//     10,000 messages/s.
+//   - dispatch: intents per second performed against zero-latency doubles,
+//     keyed (Stripe) and unkeyed (SendGrid), at Sizes.Workers, against
+//     hand-written pgx running only the outcome transaction (lock the
+//     intent, update it, insert the attempt) at the same concurrency, and
+//     River working no-op jobs. Targets: 45% (keyed) and 25% (unkeyed) of
+//     the outcome-transaction baseline.
+//   - latency: from a consumer's commit to the provider receiving the call,
+//     at 500 intents/s, against River's own insert-to-work latency for no-op
+//     jobs at the same rate and settings. Targets: p50 10 ms, p99 50 ms.
+//   - slow provider: intents per second against a provider answering in
+//     50 ms at 100 workers, against River jobs sleeping 50 ms at the same
+//     concurrency. Target: 80% of the concurrency bound, 100/0.05 s = 2000/s.
+//   - memory: peak resident memory (VmHWM) of a real `outboxd run` process
+//     while it dispatches, against the same process idle. Target: 80 MiB.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/dispatcher"
+	"github.com/outboxkit/outbox/internal/pgadmin"
+	"github.com/outboxkit/outbox/migrations"
+)
+
+// Sizes says how much work each scenario does. Larger is steadier and
+// slower.
+type Sizes struct {
+	// ConsumeMessages is how many messages each side of a consume row
+	// handles (per consumer count).
+	ConsumeMessages int
+	// Batches is how many batches of BatchSize each side of the batch row
+	// handles.
+	Batches   int
+	BatchSize int
+	// DispatchIntents is how many intents each dispatch row performs.
+	DispatchIntents int
+	// Workers is the dispatcher's concurrency in the dispatch and memory
+	// rows, and the baselines'.
+	Workers int
+	// LatencyRate (intents/s) and LatencyDuration drive the latency row.
+	LatencyRate     int
+	LatencyDuration time.Duration
+	// SlowIntents is how many intents the slow-provider row performs;
+	// SlowWorkers and SlowDelay are its concurrency and provider latency.
+	SlowIntents int
+	SlowWorkers int
+	SlowDelay   time.Duration
+	// MemoryIntents is how many intents the memory row's outboxd run
+	// performs.
+	MemoryIntents int
+}
+
+// FullSizes is what `make bench` runs: about a minute and a half on two
+// cores.
+func FullSizes() Sizes {
+	return Sizes{
+		ConsumeMessages: 8000,
+		Batches:         400,
+		BatchSize:       100,
+		DispatchIntents: 8000,
+		Workers:         50,
+		LatencyRate:     500,
+		LatencyDuration: 8 * time.Second,
+		SlowIntents:     6000,
+		SlowWorkers:     100,
+		SlowDelay:       50 * time.Millisecond,
+		MemoryIntents:   6000,
+	}
+}
+
+// SmokeSizes runs every scenario briefly: for tests of this package, not
+// for figures.
+func SmokeSizes() Sizes {
+	return Sizes{
+		ConsumeMessages: 40,
+		Batches:         3,
+		BatchSize:       20,
+		DispatchIntents: 60,
+		Workers:         8,
+		LatencyRate:     100,
+		LatencyDuration: 300 * time.Millisecond,
+		SlowIntents:     40,
+		SlowWorkers:     10,
+		SlowDelay:       10 * time.Millisecond,
+		MemoryIntents:   40,
+	}
+}
+
+// Config configures Run.
+type Config struct {
+	// ServerURL is the PostgreSQL server; scratch databases are created
+	// on it. Required.
+	ServerURL string
+	// Sizes says how much work to do. Defaults to FullSizes().
+	Sizes *Sizes
+	// Only, when not empty, runs only the scenarios named (consume, batch,
+	// dispatch, latency, slow, memory).
+	Only []string
+	// FetchCooldown is the dispatchers' and River baselines'
+	// FetchCooldown. Defaults to dispatcher.DefaultFetchCooldown.
+	FetchCooldown time.Duration
+	// Outboxd is the outboxd executable the memory row runs as
+	// `outboxd run`. Empty skips the memory row.
+	Outboxd string
+	// Progress receives a line per step. Defaults to discarding.
+	Progress io.Writer
+	// Logger receives the components' logs. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Scenarios lists the scenario names, in the order they run.
+func Scenarios() []string {
+	return []string{"consume", "batch", "dispatch", "latency", "slow", "memory"}
+}
+
+// Row is one line of the table.
+type Row struct {
+	// Measure names what was measured.
+	Measure string `json:"measure"`
+	// Figure is the measured value, in Unit.
+	Figure float64 `json:"figure"`
+	Unit   string  `json:"unit"`
+	// Baseline describes the baseline and BaselineFigure is its value, in
+	// Unit.
+	Baseline       string  `json:"baseline"`
+	BaselineFigure float64 `json:"baseline_figure"`
+	// Ratio is Figure / BaselineFigure.
+	Ratio float64 `json:"ratio"`
+	// Target says what the figure must reach, and Met whether it did.
+	Target string `json:"target"`
+	Met    bool   `json:"met"`
+	// Note explains a detail, when there is one.
+	Note string `json:"note,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs     int    `json:"cpus"`
+	CPUModel string `json:"cpu_model"`
+	Postgres string `json:"postgres"`
+	Go       string `json:"go"`
+	OS       string `json:"os"`
+}
+
+// Report is the result of Run.
+type Report struct {
+	Machine Machine       `json:"machine"`
+	Rows    []Row         `json:"rows"`
+	Took    time.Duration `json:"took_ns"`
+}
+
+// AllMet reports whether every row met its target.
+func (r *Report) AllMet() bool {
+	for _, row := range r.Rows {
+		if !row.Met {
+			return false
+		}
+	}
+	return true
+}
+
+// Run runs the scenarios and returns their rows. It stops at the first
+// scenario that fails to run (a database error, a timeout): a target that
+// is missed is not an error, it is a row with Met false.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.ServerURL == "" {
+		return nil, errors.New("bench: Config.ServerURL is required")
+	}
+	sizes := FullSizes()
+	if cfg.Sizes != nil {
+		sizes = *cfg.Sizes
+	}
+	if err := sizes.validate(); err != nil {
+		return nil, err
+	}
+	for _, name := range cfg.Only {
+		if !contains(Scenarios(), name) {
+			return nil, fmt.Errorf("bench: unknown scenario %q (want one of %s)", name, strings.Join(Scenarios(), ", "))
+		}
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.FetchCooldown == 0 {
+		cfg.FetchCooldown = dispatcher.DefaultFetchCooldown
+	}
+	if cfg.FetchCooldown < time.Millisecond {
+		return nil, fmt.Errorf("bench: Config.FetchCooldown must be at least 1ms, got %s", cfg.FetchCooldown)
+	}
+	r := &runner{cfg: cfg, sizes: sizes}
+	started := time.Now()
+	template, err := r.buildTemplate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer r.drop(ctx, template)
+	r.template = template
+	report := &Report{}
+	report.Machine, err = r.machine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	steps := []struct {
+		name string
+		run  func(context.Context) ([]Row, error)
+	}{
+		{"consume", r.consumeRows},
+		{"batch", r.batchRows},
+		{"dispatch", r.dispatchRows},
+		{"latency", r.latencyRows},
+		{"slow", r.slowRows},
+		{"memory", r.memoryRows},
+	}
+	for _, s := range steps {
+		if len(cfg.Only) > 0 && !contains(cfg.Only, s.name) {
+			continue
+		}
+		rows, err := s.run(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", s.name, err)
+		}
+		report.Rows = append(report.Rows, rows...)
+	}
+	report.Took = time.Since(started)
+	return report, nil
+}
+
+func (s Sizes) validate() error {
+	for name, v := range map[string]int{
+		"ConsumeMessages": s.ConsumeMessages, "Batches": s.Batches, "BatchSize": s.BatchSize,
+		"DispatchIntents": s.DispatchIntents, "Workers": s.Workers, "LatencyRate": s.LatencyRate,
+		"SlowIntents": s.SlowIntents, "SlowWorkers": s.SlowWorkers, "MemoryIntents": s.MemoryIntents,
+	} {
+		if v < 1 {
+			return fmt.Errorf("bench: Sizes.%s must be positive, got %d", name, v)
+		}
+	}
+	if s.LatencyDuration <= 0 || s.SlowDelay <= 0 {
+		return errors.New("bench: Sizes.LatencyDuration and Sizes.SlowDelay must be positive")
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// runner holds what the scenarios share.
+type runner struct {
+	cfg      Config
+	sizes    Sizes
+	template string // a migrated database each scenario clones
+}
+
+func (r *runner) progress(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Progress, format+"\n", args...)
+}
+
+func scratchName(what string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("outboxd_bench_%s_%s", what, hex.EncodeToString(b))
+}
+
+// buildTemplate creates and migrates the database every scenario clones.
+func (r *runner) buildTemplate(ctx context.Context) (string, error) {
+	name := scratchName("template")
+	if err := pgadmin.CreateDatabase(ctx, r.cfg.ServerURL, name, ""); err != nil {
+		return "", err
+	}
+	url, err := pgadmin.WithDatabase(r.cfg.ServerURL, name)
+	if err != nil {
+		r.drop(ctx, name)
+		return "", err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		r.drop(ctx, name)
+		return "", err
+	}
+	_, err = migrations.New(pool, r.cfg.Logger).Up(ctx)
+	pool.Close()
+	if err != nil {
+		r.drop(ctx, name)
+		return "", fmt.Errorf("migrate: %w", err)
+	}
+	return name, nil
+}
+
+func (r *runner) drop(ctx context.Context, name string) {
+	if err := pgadmin.DropDatabase(context.WithoutCancel(ctx), r.cfg.ServerURL, name); err != nil {
+		r.progress("could not drop %s: %v", name, err)
+	}
+}
+
+// database is one scenario's scratch database.
+type database struct {
+	name string
+	url  string
+	pool *pgxpool.Pool
+}
+
+// newDatabase clones the template into a fresh database with a pool of
+// maxConns connections. close drops it.
+func (r *runner) newDatabase(ctx context.Context, what string, maxConns int) (*database, error) {
+	name := scratchName(what)
+	if err := pgadmin.CreateDatabase(ctx, r.cfg.ServerURL, name, r.template); err != nil {
+		return nil, err
+	}
+	url, err := pgadmin.WithDatabase(r.cfg.ServerURL, name)
+	if err != nil {
+		r.drop(ctx, name)
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		r.drop(ctx, name)
+		return nil, err
+	}
+	pcfg.MaxConns = int32(maxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		r.drop(ctx, name)
+		return nil, err
+	}
+	return &database{name: name, url: url, pool: pool}, nil
+}
+
+func (r *runner) closeDatabase(ctx context.Context, db *database) {
+	db.pool.Close()
+	r.drop(ctx, db.name)
+}
+
+func (r *runner) machine(ctx context.Context) (Machine, error) {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, CPUModel: cpuModel()}
+	url, err := pgadmin.WithDatabase(r.cfg.ServerURL, r.template)
+	if err != nil {
+		return m, err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return m, err
+	}
+	defer pool.Close()
+	var version string
+	if err := pool.QueryRow(ctx, `SHOW server_version`).Scan(&version); err != nil {
+		return m, err
+	}
+	m.Postgres = "PostgreSQL " + version
+	return m, nil
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}

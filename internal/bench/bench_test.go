@@ -1,0 +1,105 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/outboxkit/outbox/internal/bench"
+	"github.com/outboxkit/outbox/internal/pgtest"
+)
+
+// Every scenario but memory (which needs an outboxd executable) runs end to
+// end with tiny sizes and yields rows with both figures measured.
+func TestSmokeRunMeasuresEveryRow(t *testing.T) {
+	t.Parallel()
+	sizes := bench.SmokeSizes()
+	var progress bytes.Buffer
+	report, err := bench.Run(context.Background(), bench.Config{
+		ServerURL: pgtest.ServerURL(),
+		Sizes:     &sizes,
+		Only:      []string{"consume", "batch", "dispatch", "latency", "slow"},
+		Progress:  &progress,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	if len(report.Rows) != 9 {
+		t.Fatalf("%d rows, want 9 (3 consume, batch, 2 dispatch, 2 latency, slow)", len(report.Rows))
+	}
+	for _, row := range report.Rows {
+		if row.Figure <= 0 || row.BaselineFigure <= 0 || row.Ratio <= 0 || row.Target == "" || row.Unit == "" {
+			t.Errorf("row %+v lacks a figure, a baseline, a ratio or a target", row)
+		}
+	}
+	if report.Machine.CPUs < 1 || !strings.HasPrefix(report.Machine.Postgres, "PostgreSQL ") {
+		t.Errorf("machine = %+v", report.Machine)
+	}
+	var table bytes.Buffer
+	if err := report.WriteTable(&table, "outboxd bench --smoke"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| measure | figure |", "Consume, 1 intent/message, 32 consumers", "ConsumeBatch", "Dispatch keyed", "Dispatch unkeyed", "p99", "Command: outboxd bench --smoke"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+}
+
+func TestRunRefusesBadConfiguration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if _, err := bench.Run(ctx, bench.Config{}); err == nil || !strings.Contains(err.Error(), "ServerURL") {
+		t.Errorf("no server: %v", err)
+	}
+	if _, err := bench.Run(ctx, bench.Config{ServerURL: pgtest.ServerURL(), Only: []string{"warp"}}); err == nil || !strings.Contains(err.Error(), `"warp"`) {
+		t.Errorf("unknown scenario: %v", err)
+	}
+	sizes := bench.SmokeSizes()
+	sizes.Workers = 0
+	if _, err := bench.Run(ctx, bench.Config{ServerURL: pgtest.ServerURL(), Sizes: &sizes}); err == nil || !strings.Contains(err.Error(), "Sizes.Workers") {
+		t.Errorf("zero workers: %v", err)
+	}
+}
+
+func TestTableShowsFigureBaselineRatioAndMisses(t *testing.T) {
+	t.Parallel()
+	r := &bench.Report{
+		Machine: bench.Machine{CPUs: 2, CPUModel: "Test CPU", Postgres: "PostgreSQL 15.0", Go: "go1.26", OS: "linux/amd64"},
+		Rows: []bench.Row{
+			{Measure: "fast thing", Figure: 1234.5, Unit: "msg/s", Baseline: "raw", BaselineFigure: 1500, Ratio: 0.823, Target: "≥ 80% of baseline", Met: true},
+			{Measure: "slow thing", Figure: 7.5, Unit: "ms", Baseline: "River", BaselineFigure: 5, Ratio: 1.5, Target: "≤ 5 ms", Met: false, Note: "why"},
+		},
+	}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b, "make bench"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"2 CPUs, Test CPU; PostgreSQL 15.0",
+		"| fast thing | 1234 msg/s | raw: 1500 | 82% | ≥ 80% of baseline | yes |",
+		"| slow thing [2] | 7.50 ms | River: 5.00 | 150% | ≤ 5 ms | **no** |",
+		"[2] why",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if r.AllMet() {
+		t.Error("AllMet with a missed target")
+	}
+}
+
+// The memory row reads the kB fields of /proc/<pid>/status.
+func TestReadStatusOfThisProcess(t *testing.T) {
+	t.Parallel()
+	st, err := bench.ReadStatus(os.Getpid())
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	if st["VmHWM"] <= 0 || st["VmRSS"] <= 0 || st["VmRSS"] > st["VmHWM"] {
+		t.Fatalf("VmHWM %d, VmRSS %d", st["VmHWM"], st["VmRSS"])
+	}
+}

@@ -1,0 +1,562 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/outboxkit/outbox/dispatcher"
+	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/providers"
+	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+	"github.com/outboxkit/outbox/providers/stripeprovider"
+)
+
+// paymentPayload is the keyed intent the dispatch scenarios perform.
+const paymentPayload = `{"amount": 500, "currency": "usd", "customer": "cus_1", "payment_method": "pm_card_visa", "confirm": true}`
+
+// waitLimit bounds any single wait of a scenario, so a broken run fails
+// instead of hanging.
+const waitLimit = 3 * time.Minute
+
+// kindPayload is what to record for a provider kind.
+func kindPayload(kind string) json.RawMessage {
+	if kind == stripeprovider.KindPaymentIntent {
+		return json.RawMessage(paymentPayload)
+	}
+	return json.RawMessage(emailPayload)
+}
+
+// recordIntents records n intents of kind through ConsumeBatch, one per
+// message, and returns their ids.
+func recordIntents(ctx context.Context, client *intents.Client, prefix, kind string, n int) ([]int64, error) {
+	payload := kindPayload(kind)
+	var ids []int64
+	for start := 0; start < n; start += 500 {
+		msgs := make([]intents.Message, min(500, n-start))
+		for i := range msgs {
+			msgs[i] = intents.Message{Consumer: "bench", ID: fmt.Sprint(prefix, start+i)}
+		}
+		res, err := client.ConsumeBatch(ctx, msgs, func(_ context.Context, _ pgx.Tx, _ intents.Message, rec *intents.Recorder) error {
+			return rec.Record(intents.Intent{Kind: kind, Payload: payload})
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range res {
+			ids = append(ids, r.Intents[0].ID)
+		}
+	}
+	return ids, nil
+}
+
+// settledCounter is a dispatcher.Observer that counts settled intents and
+// says when a number of them is reached.
+type settledCounter struct {
+	target    int64
+	settled   atomic.Int64
+	succeeded atomic.Int64
+	done      chan struct{}
+	once      sync.Once
+}
+
+func newSettledCounter(target int) *settledCounter {
+	return &settledCounter{target: int64(target), done: make(chan struct{})}
+}
+
+func (c *settledCounter) AttemptFinished(string, providers.Outcome, time.Duration) {}
+
+func (c *settledCounter) IntentSettled(_ string, state intenttype.State, _ time.Duration) {
+	if state == intenttype.StateSucceeded {
+		c.succeeded.Add(1)
+	}
+	if c.settled.Add(1) >= c.target {
+		c.once.Do(func() { close(c.done) })
+	}
+}
+
+func (c *settledCounter) wait(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	select {
+	case <-c.done:
+		if s := c.succeeded.Load(); s < c.target {
+			return fmt.Errorf("only %d of %d intents succeeded", s, c.target)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%d of %d intents settled before the time limit", c.settled.Load(), c.target)
+	}
+}
+
+// dispatcherConfig is the dispatcher every scenario runs: the defaults
+// users get, with the given concurrency.
+func (r *runner) dispatcherConfig(reg *providers.Registry, workers int, obs dispatcher.Observer) *dispatcher.Config {
+	return &dispatcher.Config{Providers: reg, MaxWorkers: workers, FetchCooldown: r.cfg.FetchCooldown, Observer: obs, Logger: r.cfg.Logger}
+}
+
+// runDispatcher starts a dispatcher, waits until target intents settled,
+// stops it, and returns the time from start to the last settlement.
+func (r *runner) runDispatcher(ctx context.Context, pool *pgxpool.Pool, reg *providers.Registry, workers, target int) (time.Duration, error) {
+	counter := newSettledCounter(target)
+	d, err := dispatcher.New(pool, r.dispatcherConfig(reg, workers, counter))
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	cpuStart := processCPU()
+	if err := d.Start(ctx); err != nil {
+		return 0, err
+	}
+	err = counter.wait(ctx)
+	took := time.Since(start)
+	r.progress("  %d intents settled in %s; this process used %s of CPU meanwhile", target, took.Round(time.Millisecond), (processCPU() - cpuStart).Round(time.Millisecond))
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if stopErr := d.Stop(stopCtx); err == nil && stopErr != nil {
+		err = stopErr
+	}
+	return took, err
+}
+
+func (r *runner) dispatchRows(ctx context.Context) ([]Row, error) {
+	workers, n := r.sizes.Workers, r.sizes.DispatchIntents
+	var noop float64
+	var rows []Row
+	for _, kind := range []string{stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail} {
+		db, err := r.newDatabase(ctx, "dispatch", min(workers+10, 60))
+		if err != nil {
+			return nil, err
+		}
+		row, riverRate, err := r.dispatchRow(ctx, db, kind, workers, n, noop == 0)
+		r.closeDatabase(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if riverRate > 0 {
+			noop = riverRate
+		}
+		row.Note = fmt.Sprintf("River no-op jobs, %d workers: %.0f jobs/s (this row is %.0f%% of it)", workers, noop, 100*row.Figure/noop)
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// dispatchRow measures one provider kind, its outcome-transaction
+// baseline, and (withRiver) River working no-op jobs, in db.
+func (r *runner) dispatchRow(ctx context.Context, db *database, kind string, workers, n int, withRiver bool) (Row, float64, error) {
+	name, target := "keyed (Stripe double)", 0.45
+	if kind == sendgridprovider.KindEmail {
+		name, target = "unkeyed (SendGrid double)", 0.25
+	}
+	r.progress("dispatch %s: %d intents, %d workers, against the outcome transaction alone", name, n, workers)
+	baseTime, err := outcomeBaseline(ctx, db.pool, kind, workers, n)
+	if err != nil {
+		return Row{}, 0, fmt.Errorf("outcome baseline: %w", err)
+	}
+	var riverRate float64
+	if withRiver {
+		r.progress("dispatch: %d River no-op jobs, %d workers", n, workers)
+		took, err := r.riverJobs(ctx, db.pool, workers, n, 0)
+		if err != nil {
+			return Row{}, 0, fmt.Errorf("river baseline: %w", err)
+		}
+		riverRate = float64(n) / took.Seconds()
+	}
+
+	dbl, err := startDoubles(nil, false)
+	if err != nil {
+		return Row{}, 0, err
+	}
+	defer dbl.close()
+	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
+	if err != nil {
+		return Row{}, 0, err
+	}
+	if _, err := recordIntents(ctx, client, "d-", kind, n); err != nil {
+		return Row{}, 0, err
+	}
+	took, err := r.runDispatcher(ctx, db.pool, dbl.registry, workers, n)
+	if err != nil {
+		return Row{}, 0, err
+	}
+	if dup := dbl.duplicates(); dup != 0 {
+		return Row{}, 0, fmt.Errorf("%d intents were performed twice", dup)
+	}
+	row := ratioRow(fmt.Sprintf("Dispatch %s, %d workers", name, workers), "intents/s", float64(n)/took.Seconds(),
+		"outcome tx only (lock, update, insert attempt), hand-written pgx", float64(n)/baseTime.Seconds(), target)
+	return row, riverRate, nil
+}
+
+// outcomeBaseline runs only the outcome transaction of n intents at the
+// given concurrency, as a naive hand-written worker would: lock the intent,
+// update it, insert the attempt, one statement each.
+func outcomeBaseline(ctx context.Context, pool *pgxpool.Pool, kind string, workers, n int) (time.Duration, error) {
+	providerName := "stripe"
+	if kind == sendgridprovider.KindEmail {
+		providerName = "sendgrid"
+	}
+	rows, err := pool.Query(ctx, `
+		INSERT INTO outbox_intents (idempotency_key, kind, provider, payload)
+		SELECT 'baseline-' || g, $1, $2, $3 FROM generate_series(1, $4::integer) g
+		RETURNING id`, kind, providerName, kindPayload(kind), n)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, err
+	}
+	var next atomic.Int64
+	return timeParallel(ctx, workers, n, func(ctx context.Context) error {
+		id := ids[next.Add(1)-1]
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var state string
+			var attempts int
+			if err := tx.QueryRow(ctx, `SELECT state, attempt_count FROM outbox_intents WHERE id = $1 FOR UPDATE`, id).Scan(&state, &attempts); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE outbox_intents SET state = 'succeeded', attempt_count = $2, provider_ref = $3, updated_at = now(), finished_at = now() WHERE id = $1`,
+				id, attempts+1, "ref"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO outbox_attempts (intent_id, attempt, started_at, finished_at, outcome, http_status, provider_ref)
+				VALUES ($1, $2, now(), now(), 'succeeded', 200, $3)`, id, attempts+1, "ref")
+			return err
+		})
+	})
+}
+
+// benchJobArgs is the River baseline's job: it does nothing, or sleeps.
+type benchJobArgs struct{}
+
+func (benchJobArgs) Kind() string { return "bench_noop" }
+
+func (benchJobArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: "bench"} }
+
+type benchWorker struct {
+	river.WorkerDefaults[benchJobArgs]
+	sleep  time.Duration
+	worked func(job *river.Job[benchJobArgs])
+}
+
+func (w *benchWorker) Work(ctx context.Context, job *river.Job[benchJobArgs]) error {
+	if w.sleep > 0 {
+		t := time.NewTimer(w.sleep)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w.worked(job)
+	return nil
+}
+
+// riverClient is a River client working benchJobArgs on queue "bench" with
+// the dispatchers' fetch settings. Its inserts notify as River's
+// do: at most once per FetchCooldown.
+func (r *runner) riverClient(pool *pgxpool.Pool, workers int, sleep time.Duration, worked func(*river.Job[benchJobArgs])) (*river.Client[pgx.Tx], error) {
+	ws := river.NewWorkers()
+	if err := river.AddWorkerSafely(ws, &benchWorker{sleep: sleep, worked: worked}); err != nil {
+		return nil, err
+	}
+	return river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{"bench": {MaxWorkers: workers}},
+		Workers:           ws,
+		FetchCooldown:     r.cfg.FetchCooldown,
+		FetchPollInterval: dispatcher.DefaultFetchPollInterval,
+	})
+}
+
+// riverJobs inserts n bench jobs, then works them with River at the given
+// concurrency, each sleeping sleep, and returns the time from start to the
+// last job worked.
+func (r *runner) riverJobs(ctx context.Context, pool *pgxpool.Pool, workers, n int, sleep time.Duration) (time.Duration, error) {
+	var worked atomic.Int64
+	done := make(chan struct{})
+	client, err := r.riverClient(pool, workers, sleep, func(*river.Job[benchJobArgs]) {
+		if worked.Add(1) == int64(n) {
+			close(done)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	params := make([]river.InsertManyParams, n)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: benchJobArgs{}}
+	}
+	if _, err := client.InsertManyFast(ctx, params); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return 0, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	select {
+	case <-done:
+	case <-waitCtx.Done():
+		err = fmt.Errorf("the River baseline worked %d of %d jobs before the time limit", worked.Load(), n)
+	}
+	took := time.Since(start)
+	stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer stopCancel()
+	if stopErr := client.Stop(stopCtx); err == nil && stopErr != nil {
+		err = stopErr
+	}
+	return took, err
+}
+
+func (r *runner) slowRows(ctx context.Context) ([]Row, error) {
+	workers, n, delay := r.sizes.SlowWorkers, r.sizes.SlowIntents, r.sizes.SlowDelay
+	db, err := r.newDatabase(ctx, "slow", 50)
+	if err != nil {
+		return nil, err
+	}
+	defer r.closeDatabase(ctx, db)
+	r.progress("slow provider: %d River jobs sleeping %s, %d workers", n, delay, workers)
+	riverTook, err := r.riverJobs(ctx, db.pool, workers, n, delay)
+	if err != nil {
+		return nil, fmt.Errorf("river baseline: %w", err)
+	}
+	faults := fault.New(1)
+	if err := faults.SetRates(fault.Rates{Delay: 1, DelayFor: delay}); err != nil {
+		return nil, err
+	}
+	dbl, err := startDoubles(faults, false)
+	if err != nil {
+		return nil, err
+	}
+	defer dbl.close()
+	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := recordIntents(ctx, client, "s-", stripeprovider.KindPaymentIntent, n); err != nil {
+		return nil, err
+	}
+	r.progress("slow provider: %d intents against a Stripe double answering in %s, %d workers", n, delay, workers)
+	took, err := r.runDispatcher(ctx, db.pool, dbl.registry, workers, n)
+	if err != nil {
+		return nil, err
+	}
+	bound := float64(workers) / delay.Seconds()
+	figure := float64(n) / took.Seconds()
+	row := Row{
+		Measure: fmt.Sprintf("Dispatch to a %s provider, %d workers", delay, workers), Unit: "intents/s", Figure: figure,
+		Baseline: fmt.Sprintf("River jobs sleeping %s, %d workers", delay, workers), BaselineFigure: float64(n) / riverTook.Seconds(),
+		Target: fmt.Sprintf("≥ 80%% of the bound %d/%s = %.0f/s", workers, delay, bound),
+		Met:    figure >= 0.8*bound,
+		Note:   fmt.Sprintf("%.0f%% of the bound", 100*figure/bound),
+	}
+	row.Ratio = row.Figure / row.BaselineFigure
+	return []Row{row}, nil
+}
+
+func (r *runner) latencyRows(ctx context.Context) ([]Row, error) {
+	workers, rate, duration := r.sizes.Workers, r.sizes.LatencyRate, r.sizes.LatencyDuration
+	total := int(float64(rate) * duration.Seconds())
+	db, err := r.newDatabase(ctx, "latency", min(workers+20, 60))
+	if err != nil {
+		return nil, err
+	}
+	defer r.closeDatabase(ctx, db)
+
+	r.progress("latency: River's insert-to-work latency for no-op jobs at %d/s for %s", rate, duration)
+	riverLat, err := r.riverLatency(ctx, db.pool, workers, rate, total)
+	if err != nil {
+		return nil, fmt.Errorf("river baseline: %w", err)
+	}
+
+	dbl, err := startDoubles(nil, true)
+	if err != nil {
+		return nil, err
+	}
+	defer dbl.close()
+	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	d, err := dispatcher.New(db.pool, r.dispatcherConfig(dbl.registry, workers, nil))
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = d.Stop(stopCtx)
+	}()
+	r.progress("latency: consumer commit to provider call at %d intents/s for %s", rate, duration)
+	committed := make([]time.Time, total)
+	ids := make([]int64, total)
+	var seq atomic.Int64
+	err = paced(ctx, rate, total, func(ctx context.Context, i int) error {
+		res, err := client.Consume(ctx, intents.Message{Consumer: "bench", ID: fmt.Sprint("l-", seq.Add(1))}, func(_ context.Context, _ pgx.Tx, rec *intents.Recorder) error {
+			return rec.Record(intents.Intent{Kind: stripeprovider.KindPaymentIntent, Payload: json.RawMessage(paymentPayload)})
+		})
+		if err != nil {
+			return err
+		}
+		committed[i], ids[i] = time.Now(), res.Intents[0].ID
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	if err := dbl.arrivals.wait(waitCtx, total); err != nil {
+		return nil, err
+	}
+	lat := make([]time.Duration, 0, total)
+	for i := total / 10; i < total; i++ { // the first tenth warms up
+		at, _ := dbl.arrivals.get(ids[i])
+		lat = append(lat, max(at.Sub(committed[i]), 0))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	riverP50, riverP99 := percentile(riverLat, 0.50), percentile(riverLat, 0.99)
+	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
+	row := func(q string, got, base, limit time.Duration) Row {
+		return Row{
+			Measure: fmt.Sprintf("Commit → provider call, %s, at %d intents/s", q, rate), Unit: "ms",
+			Figure: ms(got), Baseline: fmt.Sprintf("River insert → work, no-op jobs, %s, same rate", q), BaselineFigure: ms(base),
+			Ratio: ms(got) / max(ms(base), 0.001), Target: fmt.Sprintf("≤ %.0f ms", ms(limit)), Met: got <= limit,
+		}
+	}
+	return []Row{row("p50", p50, riverP50, 10*time.Millisecond), row("p99", p99, riverP99, 50*time.Millisecond)}, nil
+}
+
+// riverLatency inserts total no-op jobs at rate per second, each in its own
+// transaction as a consumer would, and returns the sorted latencies from
+// each insert's return to its work starting (the first tenth excluded).
+func (r *runner) riverLatency(ctx context.Context, pool *pgxpool.Pool, workers, rate, total int) ([]time.Duration, error) {
+	var mu sync.Mutex
+	started := map[int64]time.Time{}
+	client, err := r.riverClient(pool, workers, 0, func(job *river.Job[benchJobArgs]) {
+		mu.Lock()
+		started[job.ID] = time.Now()
+		mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := client.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = client.Stop(stopCtx)
+	}()
+	inserted := make([]time.Time, total)
+	ids := make([]int64, total)
+	err = paced(ctx, rate, total, func(ctx context.Context, i int) error {
+		res, err := client.Insert(ctx, benchJobArgs{}, nil)
+		if err != nil {
+			return err
+		}
+		inserted[i], ids[i] = time.Now(), res.Job.ID
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(waitLimit)
+	for {
+		mu.Lock()
+		n := len(started)
+		mu.Unlock()
+		if n >= total {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the River baseline worked %d of %d jobs before the time limit", n, total)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lat := make([]time.Duration, 0, total)
+	for i := total / 10; i < total; i++ {
+		lat = append(lat, max(started[ids[i]].Sub(inserted[i]), 0))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, nil
+}
+
+// paced calls fn total times at rate calls per second, each call on its
+// own goroutine when it is due, so one slow call does not delay the next.
+func paced(ctx context.Context, rate, total int, fn func(ctx context.Context, i int) error) error {
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var firstErr error
+	var mu sync.Mutex
+	for i := range total {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				wg.Wait()
+				return ctx.Err()
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx, i); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,4 @@
+package bench
+
+// ReadStatus exposes readStatus to the tests.
+var ReadStatus = readStatus

@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outboxkit/outbox/dispatcher"
+	"github.com/outboxkit/outbox/internal/bench"
+)
+
+func runBench(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("bench", "bench [flags]", `
+Measures throughput, latency and memory, each figure against a baseline
+measured in the same run on the same database, and prints one table (also
+written to --out):
+
+  consume    messages/s through Consume at 1, 8 and 32 consumers, against
+             hand-written pgx writing the same rows in one transaction
+  batch      messages/s through ConsumeBatch at batches of 100
+  dispatch   intents/s performed against zero-latency Stripe (keyed) and
+             SendGrid (unkeyed) doubles, against hand-written pgx running
+             only the outcome transaction, and River working no-op jobs
+  latency    consumer commit to provider call at 500 intents/s (p50, p99),
+             against River's own insert-to-work latency
+  slow       intents/s against a provider answering in 50 ms at 100 workers
+  memory     peak resident memory of a real 'outboxd run' process while it
+             dispatches (it runs this executable as 'outboxd run')
+
+Every scenario works in a scratch database of its own on the server at
+--database-url, dropped afterwards. The full run takes about two minutes on
+two cores; --smoke runs every scenario briefly (the figures then mean
+nothing). A missed target is reported in the table; with --strict it also
+makes the command exit 1.`, env)
+	var dbURL string
+	registerDatabaseFlag(fs, env, &dbURL)
+	out := fs.String("out", "", "also write the table to this file")
+	only := fs.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(bench.Scenarios(), ", "))
+	smoke := fs.Bool("smoke", false, "run every scenario with tiny sizes, to check that it works")
+	strict := fs.Bool("strict", false, "exit 1 when a target is missed")
+	fetchCooldown := fs.Duration("fetch-cooldown", dispatcher.DefaultFetchCooldown, "FetchCooldown of the dispatchers and of the River baselines (see 'outboxd run --help')")
+	asJSON := fs.Bool("json", false, "print the report as JSON instead of the table")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (consumers, dispatcher and doubles; not outboxd run, not Postgres) to this file; read it with 'go tool pprof'")
+	var logs logFlags
+	logs.register(fs)
+	logs.level = "error"
+	if err := parse(fs, args, env); err != nil {
+		return err
+	}
+	logger, err := logs.logger(env.Stderr)
+	if err != nil {
+		return err
+	}
+	var scenarios []string
+	if *only != "" {
+		for _, s := range strings.Split(*only, ",") {
+			s = strings.TrimSpace(s)
+			known := false
+			for _, k := range bench.Scenarios() {
+				known = known || k == s
+			}
+			if !known {
+				return usageErrorf("--only: unknown scenario %q (want %s)", s, strings.Join(bench.Scenarios(), ", "))
+			}
+			scenarios = append(scenarios, s)
+		}
+	}
+	if *fetchCooldown < time.Millisecond {
+		return usageErrorf("--fetch-cooldown must be at least 1ms, got %s", *fetchCooldown)
+	}
+	cfg := bench.Config{ServerURL: dbURL, Only: scenarios, FetchCooldown: *fetchCooldown, Progress: env.Stderr, Logger: logger}
+	if *smoke {
+		sizes := bench.SmokeSizes()
+		cfg.Sizes = &sizes
+	}
+	// The memory scenario runs this very executable as 'outboxd run'.
+	if self, err := os.Executable(); err == nil {
+		cfg.Outboxd = self
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	report, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	command := "outboxd bench " + strings.Join(args, " ")
+	var text strings.Builder
+	if err := report.WriteTable(&text, strings.TrimSpace(command)); err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprint(env.Stdout, text.String())
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(text.String()), 0o644); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	if *strict && !report.AllMet() {
+		return errors.New("some targets were missed (see the table)")
+	}
+	return nil
+}

@@ -267,7 +267,11 @@ func (d *Dispatcher) settle(ctx context.Context, job *river.Job[intenttype.Dispa
 func (d *Dispatcher) logSettlement(ctx context.Context, job *river.Job[intenttype.DispatchArgs], intentID int64, s settlement) {
 	attrs := []any{"intent_id", intentID, "state", s.state, "attempt", s.attemptCount, "job_attempt", job.Attempt}
 	if a := s.attempt; a != nil {
-		attrs = append(attrs, "outcome", a.outcome, "http_status", a.httpStatus, "replayed", a.replayed, "duration", a.finished.Sub(a.started).Round(time.Millisecond))
+		attrs = append(attrs, "outcome", a.outcome, "http_status", a.httpStatus, "replayed", a.replayed)
+		if !a.started.IsZero() {
+			// An attempt found open after a crash has no known start.
+			attrs = append(attrs, "duration", a.finished.Sub(a.started).Round(time.Millisecond))
+		}
 	}
 	if s.lastError != "" {
 		attrs = append(attrs, "error", s.lastError)

@@ -59,17 +59,14 @@ func startDoubles(stripeFaults *fault.Injector, timestamps bool) (*doubles, erro
 		go func() { _ = d.front.Serve(ln) }()
 		d.stripeURL = "http://" + ln.Addr().String()
 	}
-	// The adapters' default client keeps Go's default two idle connections
-	// per host, so dozens of workers open and close a connection for most
-	// calls; a pool sized for the concurrency is what a deployment wants
-	// (and measured 20% more keyed intents/s here).
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxIdleConns: 1024, IdleConnTimeout: 90 * time.Second}, Timeout: 30 * time.Second}
-	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: d.stripeURL, HTTPClient: client})
+	// The adapters' default clients, as `outboxd run` uses them: their
+	// connection pools are sized for a dispatcher's workers.
+	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: d.stripeURL})
 	if err != nil {
 		d.close()
 		return nil, err
 	}
-	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: sg.URL(), HTTPClient: client})
+	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: sg.URL()})
 	if err != nil {
 		d.close()
 		return nil, err

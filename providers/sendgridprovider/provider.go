@@ -117,7 +117,8 @@ func New(cfg Config) (*Provider, error) {
 	httpClient := cfg.HTTPClient
 	if httpClient == nil {
 		httpClient = &http.Client{
-			Timeout: DefaultTimeout,
+			Timeout:   DefaultTimeout,
+			Transport: providers.NewHTTPTransport(),
 			// A redirected POST could be re-sent elsewhere; SendGrid does
 			// not redirect, so a redirect is answered as it is.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

@@ -140,7 +140,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, errors.New("stripeprovider: Config.APIKey must not contain whitespace")
 	}
 	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout}
+		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: providers.NewHTTPTransport()}
 	}
 	p := &Provider{cfg: cfg}
 	if cfg.APIKey != "" {

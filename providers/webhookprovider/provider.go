@@ -125,6 +125,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if p.client == nil {
 		p.client = &http.Client{
+			Transport:     providers.NewHTTPTransport(),
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}

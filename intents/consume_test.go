@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
@@ -39,22 +40,7 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{pool: pool, client: client}
 }
 
-func testRegistry(t testing.TB) *providers.Registry {
-	t.Helper()
-	sp, err := stripeprovider.New(stripeprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sg, err := sendgridprovider.New(sendgridprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := providers.NewRegistry(sp, sg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reg
-}
+func testRegistry(t testing.TB) *providers.Registry { return testkit.Registry(t) }
 
 func payment(amount int) json.RawMessage {
 	return json.RawMessage(fmt.Sprintf(`{"amount": %d, "currency": "usd", "customer": "cus_1", "payment_method": "pm_card_visa", "confirm": true}`, amount))

@@ -15,15 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/adminhttp"
 	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/internal/pgtest"
-	"github.com/outboxkit/outbox/providers"
-	"github.com/outboxkit/outbox/providers/sendgridprovider"
-	"github.com/outboxkit/outbox/providers/stripeprovider"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // testToken is the admin token of servers that need one: recognisable, so
@@ -89,22 +86,7 @@ type setupOpts struct {
 func setup(t *testing.T, opts setupOpts) *testBundle {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	sp, err := stripeprovider.New(stripeprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gp, err := sendgridprovider.New(sendgridprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := providers.NewRegistry(sp, gp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := intents.NewClient(pool, &intents.Config{Providers: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, reg := testkit.Client(t, pool)
 	gatherer := prometheus.NewRegistry()
 	probe := prometheus.NewCounter(prometheus.CounterOpts{Name: "adminhttp_test_probe_total", Help: "A counter only the test registers."})
 	probe.Add(3)

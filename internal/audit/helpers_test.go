@@ -13,8 +13,8 @@ import (
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
-	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
 
@@ -39,22 +39,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	sp, err := stripeprovider.New(stripeprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gp, err := sendgridprovider.New(sendgridprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := providers.NewRegistry(sp, gp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := intents.NewClient(pool, &intents.Config{Providers: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, reg := testkit.Client(t, pool)
 	return &testBundle{pool: pool, registry: reg, recorder: rec, store: audit.New(pool, reg)}
 }
 

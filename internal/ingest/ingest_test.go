@@ -5,12 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/internal/pgtest"
-	"github.com/outboxkit/outbox/providers"
-	"github.com/outboxkit/outbox/providers/sendgridprovider"
-	"github.com/outboxkit/outbox/providers/stripeprovider"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 type countingObserver struct{ byKind map[string]int }
@@ -23,22 +20,7 @@ func (o *countingObserver) IntentsRecorded(kind string, n int) { o.byKind[kind] 
 func TestRecordJSONNamesTheFieldAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	sp, err := stripeprovider.New(stripeprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gp, err := sendgridprovider.New(sendgridprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := providers.NewRegistry(sp, gp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := intents.NewClient(pool, &intents.Config{Providers: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, _ := testkit.Client(t, pool)
 	obs := &countingObserver{byKind: map[string]int{}}
 	rec := ingest.New(client, obs)
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sethvargo/go-retry"
 
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents"
@@ -121,7 +122,7 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 		return err
 	}
 	defer pool.Close()
-	if err := migrations.New(pool, logger).Check(ctx); err != nil {
+	if err := checkSchema(ctx, pool, logger); err != nil {
 		return err
 	}
 	outboxMetrics := metrics.New(pool)
@@ -257,4 +258,19 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 		return nil, err
 	}
 	return &runningAdmin{srv: srv}, nil
+}
+
+// checkSchema refuses a database whose schema is not current, and rides out
+// a connection lost while checking (a restarted server, a terminated
+// backend) with a few quick retries instead of exiting.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	backoff := retry.WithMaxRetries(5, retry.NewExponential(200*time.Millisecond))
+	return retry.Do(ctx, backoff, func(ctx context.Context) error {
+		err := migrations.New(pool, logger).Check(ctx)
+		if err == nil || errors.Is(err, migrations.ErrNotMigrated) || ctx.Err() != nil {
+			return err
+		}
+		logger.WarnContext(ctx, "checking the database schema failed; retrying", "error", err)
+		return retry.RetryableError(err)
+	})
 }

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func TestCreateNoteRefusesBadInputAndWritesNothing(t *testing.T) {
@@ -48,10 +51,10 @@ func TestCreateNoteRefusesBadInputAndWritesNothing(t *testing.T) {
 			t.Errorf("%s: error %q does not name %s", c.name, got.Error, c.field)
 		}
 	}
-	if n := count(t, a, `SELECT count(*) FROM notes`); n != 0 {
+	if n := testkit.Count(t, a.pool, `SELECT count(*) FROM notes`); n != 0 {
 		t.Errorf("%d notes written by refused requests", n)
 	}
-	if n := count(t, a, `SELECT count(*) FROM outbox_intents`); n != 0 {
+	if n := testkit.Count(t, a.pool, `SELECT count(*) FROM outbox_intents`); n != 0 {
 		t.Errorf("%d intents written by refused requests", n)
 	}
 
@@ -90,7 +93,7 @@ func TestNoteIsPublishedTaggedAndEmailedOnce(t *testing.T) {
 	}
 
 	var got note
-	waitFor(t, "both notes tagged", func() bool {
+	testkit.Eventually(t, 30*time.Second, "both notes tagged", func() bool {
 		call(t, a, http.MethodGet, "/notes/"+itoa(plain.ID), "", nil, &got)
 		if got.TaggedAt == nil {
 			return false
@@ -113,10 +116,10 @@ func TestNoteIsPublishedTaggedAndEmailedOnce(t *testing.T) {
 	if subject != "Your note was tagged: #launch, #meeting, #urgent" {
 		t.Errorf("email subject %q", subject)
 	}
-	if n := count(t, a, `SELECT count(*) FROM notes`); n != 2 {
+	if n := testkit.Count(t, a.pool, `SELECT count(*) FROM notes`); n != 2 {
 		t.Errorf("%d notes, want 2", n)
 	}
-	if n := count(t, a, `SELECT count(*) FROM outbox_intents WHERE idempotency_key = $1`, messageID(created.ID)); n != 1 {
+	if n := testkit.Count(t, a.pool, `SELECT count(*) FROM outbox_intents WHERE idempotency_key = $1`, messageID(created.ID)); n != 1 {
 		t.Errorf("%d NoteCreated intents for note %d, want 1", n, created.ID)
 	}
 	if n, d := len(a.double.Emails()), a.double.DuplicateEffects(); n != 2 || d != 0 {
@@ -179,7 +182,7 @@ func TestParseArgs(t *testing.T) {
 	if code := run(context.Background(), []string{"--help"}, testEnv, io.Discard, io.Discard); code != 0 {
 		t.Errorf("--help exit code %d, want 0", code)
 	}
-	stderr := &syncBuffer{}
+	stderr := &testkit.SyncBuffer{}
 	if code := run(context.Background(), []string{"--notes", "1"}, testEnv, io.Discard, stderr); code != 2 || !strings.Contains(stderr.String(), "--notes") {
 		t.Errorf("bad flag: exit code %d, stderr %q; want 2 naming --notes", code, stderr)
 	}

@@ -1,28 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
-
-// brokerURL is the RabbitMQ tests use.
-func brokerURL() string {
-	if v := os.Getenv("TEST_RABBITMQ_URL"); v != "" {
-		return v
-	}
-	return defaultAMQPURL
-}
 
 // testEnv is the environment the example sees in tests: the test server
 // and broker, and never a real SendGrid.
@@ -31,7 +21,7 @@ func testEnv(name string) string {
 	case "DATABASE_URL":
 		return pgtest.ServerURL()
 	case "AMQP_URL":
-		return brokerURL()
+		return testkit.RabbitURL()
 	}
 	return ""
 }
@@ -45,7 +35,7 @@ func startApp(t *testing.T) *app {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	o.logLevel = slog.LevelDebug // shown if the test fails
 	a, err := start(context.Background(), o, newLogger(o, logs), io.Discard)
 	if err != nil {
@@ -89,43 +79,4 @@ func call(t *testing.T, a *app, method, path, body string, headers map[string]st
 		}
 	}
 	return resp.StatusCode, string(raw)
-}
-
-func count(t *testing.T, a *app, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := a.pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// syncBuffer collects output from concurrent goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
@@ -19,7 +20,7 @@ import (
 // the scenario and its report; then nothing left behind.
 func TestScenarioEndToEnd(t *testing.T) {
 	t.Parallel()
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &testkit.SyncBuffer{}, &testkit.SyncBuffer{}
 	code := run(context.Background(), []string{"--json", "--notes", "4", "--timeout", "2m"}, testEnv, stdout, stderr)
 	if code != 0 {
 		t.Fatalf("exit code %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
@@ -76,7 +77,7 @@ func TestScenarioEndToEnd(t *testing.T) {
 	if exists || !strings.HasPrefix(r.Database, "notes_example_") {
 		t.Errorf("scratch database %q still exists after the run", r.Database)
 	}
-	if ok, err := newTopology(brokerURL(), r.RunID).queueExists(); err != nil || ok {
+	if ok, err := newTopology(testkit.RabbitURL(), r.RunID).queueExists(); err != nil || ok {
 		t.Errorf("queue of run %s still exists (%v, %v)", r.RunID, ok, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/amqpconsumer"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers/amqpprovider"
 )
 
@@ -56,23 +57,23 @@ func TestDuplicateDeliveriesHaveOneEffect(t *testing.T) {
 	for range 3 {
 		b.publish("", b.queue, "order-1", `{"id":"o1","amount":500}`, nil)
 	}
-	waitFor(t, "three deliveries settled", func() bool {
+	testkit.Eventually(t, 20*time.Second, "three deliveries settled", func() bool {
 		s := c.Stats()
 		return s.Processed+s.Duplicates == 3
 	})
 	if s := c.Stats(); s.Processed != 1 || s.Duplicates != 2 {
 		t.Fatalf("Stats = %+v, want 1 processed and 2 duplicates", s)
 	}
-	if n := b.count(`SELECT count(*) FROM orders`); n != 1 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM orders`); n != 1 {
 		t.Fatalf("%d orders stored, want 1", n)
 	}
-	if n := b.count(`SELECT count(*) FROM outbox_intents WHERE consumer = 'billing' AND message_id = 'order-1'`); n != 1 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_intents WHERE consumer = 'billing' AND message_id = 'order-1'`); n != 1 {
 		t.Fatalf("%d intents recorded, want 1", n)
 	}
 	if calls.Load() != 1 {
 		t.Fatalf("handler ran %d times, want 1", calls.Load())
 	}
-	waitFor(t, "the queue to empty", func() bool { return b.readyMessages(b.queue) == 0 })
+	testkit.Eventually(t, 20*time.Second, "the queue to empty", func() bool { return b.rabbit.Ready(b.queue) == 0 })
 }
 
 func TestAckLostAfterCommitIsAbsorbedAsDuplicate(t *testing.T) {
@@ -84,15 +85,15 @@ func TestAckLostAfterCommitIsAbsorbedAsDuplicate(t *testing.T) {
 	b.publish("", b.queue, "order-2", `{"id":"o2","amount":700}`, nil)
 	// The first ack dies with the connection after the commit; the broker
 	// redelivers on the next connection, and the inbox absorbs it.
-	waitFor(t, "the redelivery acked as a duplicate", func() bool { return c.Stats().Duplicates == 1 })
+	testkit.Eventually(t, 20*time.Second, "the redelivery acked as a duplicate", func() bool { return c.Stats().Duplicates == 1 })
 	s := c.Stats()
 	if s.Processed != 0 || s.AckFailures != 1 || s.Connections < 2 {
 		t.Fatalf("Stats = %+v, want the first ack lost and a reconnect", s)
 	}
-	if n := b.count(`SELECT count(*) FROM orders`); n != 1 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM orders`); n != 1 {
 		t.Fatalf("%d orders stored, want 1", n)
 	}
-	if n := b.count(`SELECT count(*) FROM outbox_intents`); n != 1 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_intents`); n != 1 {
 		t.Fatalf("%d intents recorded, want 1", n)
 	}
 	if calls.Load() != 1 {
@@ -101,14 +102,14 @@ func TestAckLostAfterCommitIsAbsorbedAsDuplicate(t *testing.T) {
 	if !strings.Contains(b.logs.String(), "ack lost after commit") {
 		t.Errorf("the lost ack was not logged:\n%s", b.logs)
 	}
-	waitFor(t, "the queue to empty", func() bool { return b.readyMessages(b.queue) == 0 })
+	testkit.Eventually(t, 20*time.Second, "the queue to empty", func() bool { return b.rabbit.Ready(b.queue) == 0 })
 }
 
 func TestHandlerErrorsDeadLetterAfterMaxRedeliveries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	in := b.declareExchange(uniqueName(t, "in"), amqp.ExchangeDirect)
-	b.bind(b.queue, "orders.new", in)
+	in := b.rabbit.DeclareExchange(testkit.UniqueName(t, "in"), amqp.ExchangeDirect)
+	b.rabbit.Bind(b.queue, "orders.new", in)
 	var calls atomic.Int64
 	c, _, _ := b.start(amqpconsumer.Config{Handler: orderHandler(&calls), MaxRedeliveries: 2})
 
@@ -137,14 +138,14 @@ func TestHandlerErrorsDeadLetterAfterMaxRedeliveries(t *testing.T) {
 	if d.MessageId != "order-3" || string(d.Body) != `{"id": not json` || d.RoutingKey != "orders.new" || d.DeliveryMode != amqp.Persistent {
 		t.Errorf("dead letter: id %q, body %q, routing key %q, mode %d", d.MessageId, d.Body, d.RoutingKey, d.DeliveryMode)
 	}
-	waitFor(t, "the dead-lettered original acked", func() bool { return c.Stats().DeadLettered == 1 })
+	testkit.Eventually(t, 20*time.Second, "the dead-lettered original acked", func() bool { return c.Stats().DeadLettered == 1 })
 	if s := c.Stats(); s.Retried != 2 || s.Processed != 0 {
 		t.Errorf("Stats = %+v", s)
 	}
-	if n := b.count(`SELECT count(*) FROM outbox_processed_messages`) + b.count(`SELECT count(*) FROM outbox_intents`); n != 0 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_processed_messages`) + testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_intents`); n != 0 {
 		t.Errorf("a failed message left %d rows", n)
 	}
-	waitFor(t, "the queue to empty", func() bool { return b.readyMessages(b.queue) == 0 })
+	testkit.Eventually(t, 20*time.Second, "the queue to empty", func() bool { return b.rabbit.Ready(b.queue) == 0 })
 }
 
 func TestMessageWithoutIDIsDeadLetteredUnprocessed(t *testing.T) {
@@ -165,11 +166,11 @@ func TestMessageWithoutIDIsDeadLetteredUnprocessed(t *testing.T) {
 	if calls.Load() != 0 {
 		t.Fatalf("handler ran %d times for messages without a usable id", calls.Load())
 	}
-	waitFor(t, "both originals acked", func() bool { return c.Stats().DeadLettered == 2 })
+	testkit.Eventually(t, 20*time.Second, "both originals acked", func() bool { return c.Stats().DeadLettered == 2 })
 	if s := c.Stats(); s.Refused != 2 {
 		t.Fatalf("Stats = %+v", s)
 	}
-	if n := b.count(`SELECT count(*) FROM outbox_processed_messages`) + b.count(`SELECT count(*) FROM orders`); n != 0 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_processed_messages`) + testkit.Count(t, b.pool, `SELECT count(*) FROM orders`); n != 0 {
 		t.Fatalf("a refused message left %d rows", n)
 	}
 	if !strings.Contains(b.logs.String(), "message dead-lettered") {
@@ -192,11 +193,11 @@ func TestFallbackHeaderIsTheMessageID(t *testing.T) {
 
 	b.publish("", b.queue, "", `{"id":"o6","amount":1}`, amqp.Table{"event-id": "evt-6"})
 	b.publish("", b.queue, "", `{"id":"o6","amount":1}`, amqp.Table{"event-id": []byte("evt-6")})
-	waitFor(t, "both deliveries settled", func() bool {
+	testkit.Eventually(t, 20*time.Second, "both deliveries settled", func() bool {
 		s := c.Stats()
 		return s.Processed+s.Duplicates == 2
 	})
-	if n := b.count(`SELECT count(*) FROM outbox_processed_messages WHERE message_id = 'evt-6'`); n != 1 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_processed_messages WHERE message_id = 'evt-6'`); n != 1 {
 		t.Fatalf("%d markers for evt-6, want 1", n)
 	}
 }
@@ -210,7 +211,7 @@ func TestBrokerUnavailableAtStartIsRetriedUntilCancelled(t *testing.T) {
 		Handler:  orderHandler(new(atomic.Int64)),
 		Consumer: "billing",
 	})
-	waitFor(t, "three logged connection attempts", func() bool {
+	testkit.Eventually(t, 20*time.Second, "three logged connection attempts", func() bool {
 		return strings.Count(b.logs.String(), "rabbitmq consumer cannot start; retrying") >= 3
 	})
 	cancel()
@@ -265,10 +266,10 @@ func TestShutdownLetsHandlersInFlightFinish(t *testing.T) {
 	if s := c.Stats(); s.Processed != 1 {
 		t.Fatalf("Stats = %+v, want the in-flight message processed and acked", s)
 	}
-	if n := b.count(`SELECT count(*) FROM orders`); n != 1 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM orders`); n != 1 {
 		t.Fatalf("%d orders", n)
 	}
-	if n := b.readyMessages(b.queue); n != 0 {
+	if n := b.rabbit.Ready(b.queue); n != 0 {
 		t.Fatalf("%d messages back in the queue, want 0 (acked before closing)", n)
 	}
 }
@@ -277,7 +278,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	h := orderHandler(new(atomic.Int64))
-	valid := amqpconsumer.Config{Client: b.client, URL: brokerURL(), Queue: "q", Consumer: "billing", Handler: h, DeadLetterExchange: "dlx"}
+	valid := amqpconsumer.Config{Client: b.client, URL: testkit.RabbitURL(), Queue: "q", Consumer: "billing", Handler: h, DeadLetterExchange: "dlx"}
 	const password = "n0t-in-errors"
 	cases := map[string]func(*amqpconsumer.Config){
 		"Config.Client":             func(c *amqpconsumer.Config) { c.Client = nil },

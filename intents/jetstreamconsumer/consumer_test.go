@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/jetstreamconsumer"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func TestDuplicatesPastTheWindowHaveOneEffect(t *testing.T) {
@@ -31,7 +32,7 @@ func TestDuplicatesPastTheWindowHaveOneEffect(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := run(t, c)
-	eventually(t, 30*time.Second, "all 4 stored messages to be delivered and acknowledged", b.consumerSettled(t, 4))
+	testkit.Eventually(t, 30*time.Second, "all 4 stored messages to be delivered and acknowledged", b.consumerSettled(t, 4))
 	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v, want context.Canceled", err)
 	}
@@ -83,7 +84,7 @@ func TestAckLostAfterCommitIsRedeliveredAndAckedAsDuplicate(t *testing.T) {
 	if _, err := b.js.CreateOrUpdateConsumer(ctx, b.stream, c.ConsumerConfigForTest()); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(natsURL())
+	nc, err := nats.Connect(testkit.NATSURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestAckLostAfterCommitIsRedeliveredAndAckedAsDuplicate(t *testing.T) {
 
 	// JetStream redelivers after AckWait; Run finds the marker and acks.
 	stop := run(t, c)
-	eventually(t, 30*time.Second, "the redelivery to be acknowledged", b.consumerSettled(t, 1))
+	testkit.Eventually(t, 30*time.Second, "the redelivery to be acknowledged", b.consumerSettled(t, 1))
 	_ = stop()
 	serverCons, err := b.js.Consumer(ctx, b.stream, b.durable)
 	if err != nil {
@@ -166,7 +167,7 @@ func TestHandlerErrorIsRedeliveredUpToMaxDeliver(t *testing.T) {
 	b.publish(t, "always-fails")
 	b.publish(t, "fails-once")
 	stop := run(t, c)
-	eventually(t, 30*time.Second, "both messages to be settled", b.consumerSettled(t, 2))
+	testkit.Eventually(t, 30*time.Second, "both messages to be settled", b.consumerSettled(t, 2))
 	_ = stop()
 
 	if n := failing.Load(); n != 3 {
@@ -197,7 +198,7 @@ func TestMessageWithoutMsgIDIsNotProcessed(t *testing.T) {
 	b.publish(t, strings.Repeat("x", intents.MaxMessageIDLength+1))
 	b.publish(t, "order-1")
 	stop := run(t, c)
-	eventually(t, 30*time.Second, "all three messages to be settled", b.consumerSettled(t, 3))
+	testkit.Eventually(t, 30*time.Second, "all three messages to be settled", b.consumerSettled(t, 3))
 	_ = stop()
 	if n := b.calls.Load(); n != 1 {
 		t.Fatalf("handler committed %d times, want 1: only the message with a valid id is processed", n)
@@ -212,7 +213,7 @@ func TestMessageWithoutMsgIDIsNotProcessed(t *testing.T) {
 
 func TestBadURLRetriesUntilTheContextEnds(t *testing.T) {
 	t.Parallel()
-	logger, logs := newLogger()
+	logger, logs := testkit.Logger()
 	c, err := jetstreamconsumer.New(newClientWithoutDB(t), &jetstreamconsumer.Config{
 		URL: "nats://outbox:hunter2-secret@127.0.0.1:1", Stream: "ORDERS", Durable: "billing",
 		Handler:        func(context.Context, jetstream.Msg, pgx.Tx, *intents.Recorder) error { return nil },
@@ -224,7 +225,7 @@ func TestBadURLRetriesUntilTheContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	eventually(t, 20*time.Second, "three retries to be logged", func() bool { return logs.Count("retrying") >= 3 })
+	testkit.Eventually(t, 20*time.Second, "three retries to be logged", func() bool { return logs.Count("retrying") >= 3 })
 	cancel()
 	select {
 	case err := <-done:
@@ -254,7 +255,7 @@ func TestMissingStreamAtStartIsWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := run(t, c)
-	eventually(t, 20*time.Second, "a retry to be logged", func() bool { return b.logs.Count("retrying") >= 1 })
+	testkit.Eventually(t, 20*time.Second, "a retry to be logged", func() bool { return b.logs.Count("retrying") >= 1 })
 	if err := b.js.DeleteStream(ctx, b.stream); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestMissingStreamAtStartIsWaitedFor(t *testing.T) {
 	t.Cleanup(func() { _ = b.js.DeleteStream(context.Background(), cfg.Stream) })
 	b.stream = cfg.Stream
 	b.publish(t, "order-1")
-	eventually(t, 30*time.Second, "the message to be processed", b.consumerSettled(t, 1))
+	testkit.Eventually(t, 30*time.Second, "the message to be processed", b.consumerSettled(t, 1))
 	_ = stop()
 	if n := b.effects(t, "order-1"); n != 1 {
 		t.Fatalf("%d effects, want 1", n)
@@ -311,7 +312,7 @@ func TestShutdownWaitsForHandlersInFlight(t *testing.T) {
 	if n := b.effects(t, "order-1"); n != 1 {
 		t.Fatalf("%d effects, want 1: the handler in flight commits", n)
 	}
-	eventually(t, 10*time.Second, "the message to be acknowledged", b.consumerSettled(t, 1))
+	testkit.Eventually(t, 10*time.Second, "the message to be acknowledged", b.consumerSettled(t, 1))
 }
 
 func TestNewRejectsBadConfigNamingTheField(t *testing.T) {
@@ -319,7 +320,7 @@ func TestNewRejectsBadConfigNamingTheField(t *testing.T) {
 	client := newClientWithoutDB(t)
 	h := func(context.Context, jetstream.Msg, pgx.Tx, *intents.Recorder) error { return nil }
 	valid := func() jetstreamconsumer.Config {
-		return jetstreamconsumer.Config{URL: natsURL(), Stream: "ORDERS", Durable: "billing", Handler: h}
+		return jetstreamconsumer.Config{URL: testkit.NATSURL(), Stream: "ORDERS", Durable: "billing", Handler: h}
 	}
 	cases := map[string]func(*jetstreamconsumer.Config){
 		"Config.URL":                func(c *jetstreamconsumer.Config) { c.URL = "" },

@@ -1,16 +1,10 @@
 package jetstreamconsumer_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,17 +18,10 @@ import (
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/jetstreamconsumer"
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 )
-
-// natsURL is the NATS server (with JetStream) tests run against.
-func natsURL() string {
-	if v := os.Getenv("NATS_URL"); v != "" {
-		return v
-	}
-	return "nats://127.0.0.1:4222"
-}
 
 type testBundle struct {
 	pool    *pgxpool.Pool
@@ -44,7 +31,7 @@ type testBundle struct {
 	stream  string
 	subject string // "<prefix>.orders", captured by stream
 	durable string
-	logs    *logBuffer
+	logs    *testkit.SyncBuffer
 	logger  *slog.Logger
 	calls   atomic.Int64 // handler runs that returned nil
 }
@@ -71,35 +58,12 @@ func setup(t *testing.T, duplicates time.Duration) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(natsURL())
-	if err != nil {
-		t.Fatalf("connect to NATS at %s (set NATS_URL): %v", natsURL(), err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	suffix := hex.EncodeToString(b[:])
-	b2 := &testBundle{pool: pool, client: client, nc: nc, js: js,
-		stream: "OUTBOX_TEST_" + strings.ToUpper(suffix), subject: "outboxtest." + suffix + ".orders", durable: "consumer-" + suffix}
-	b2.logger, b2.logs = newLogger()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(cctx, jetstream.StreamConfig{Name: b2.stream, Subjects: []string{"outboxtest." + suffix + ".>"},
-		Storage: jetstream.MemoryStorage, Duplicates: duplicates}); err != nil {
-		t.Fatalf("create stream: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := js.DeleteStream(ctx, b2.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			t.Errorf("delete stream %s: %v", b2.stream, err)
-		}
-	})
-	return b2
+	nc, js := testkit.NATS(t)
+	stream, prefix := testkit.Stream(t, js, jetstream.StreamConfig{Duplicates: duplicates})
+	b := &testBundle{pool: pool, client: client, nc: nc, js: js,
+		stream: stream.CachedInfo().Config.Name, subject: prefix + ".orders", durable: "consumer-" + testkit.Suffix()}
+	b.logger, b.logs = testkit.Logger()
+	return b
 }
 
 // recordingHandler stores one effect row and records one email intent per
@@ -123,7 +87,7 @@ func (b *testBundle) recordingHandler() jetstreamconsumer.Handler {
 // redeliveries; the caller sets the handler.
 func (b *testBundle) config(h jetstreamconsumer.Handler) *jetstreamconsumer.Config {
 	return &jetstreamconsumer.Config{
-		URL: natsURL(), Stream: b.stream, Durable: b.durable, Handler: h,
+		URL: testkit.NATSURL(), Stream: b.stream, Durable: b.durable, Handler: h,
 		AckWait: 5 * time.Second, RedeliveryDelay: 10 * time.Millisecond, RedeliveryDelayMax: 50 * time.Millisecond,
 		ReconnectDelay: 10 * time.Millisecond, ReconnectDelayMax: 100 * time.Millisecond,
 		Logger: b.logger,
@@ -175,7 +139,7 @@ func (b *testBundle) publish(t *testing.T, id string) *jetstream.PubAck {
 // happens once the stream's duplicate window has passed since the last.
 func (b *testBundle) publishStoredCopy(t *testing.T, id string) {
 	t.Helper()
-	eventually(t, 10*time.Second, "the stream to store another copy of "+id, func() bool {
+	testkit.Eventually(t, 10*time.Second, "the stream to store another copy of "+id, func() bool {
 		return !b.publish(t, id).Duplicate
 	})
 }
@@ -201,57 +165,13 @@ func (b *testBundle) consumerSettled(t *testing.T, n uint64) func() bool {
 // effects counts the effect rows for a message id.
 func (b *testBundle) effects(t *testing.T, id string) int {
 	t.Helper()
-	var n int
-	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM effects WHERE message_id = $1`, id).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return testkit.Count(t, b.pool, `SELECT count(*) FROM effects WHERE message_id = $1`, id)
 }
 
+// intentCount counts the recorded intents.
 func (b *testBundle) intentCount(t *testing.T) int {
 	t.Helper()
-	var n int
-	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_intents`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// logBuffer is a concurrency-safe sink for a text slog.Logger.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) Count(s string) int { return strings.Count(l.String(), s) }
-
-func newLogger() (*slog.Logger, *logBuffer) {
-	lb := &logBuffer{}
-	return slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})), lb
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_intents`)
 }
 
 // newClientWithoutDB returns an intents client over a pool that never

@@ -15,6 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/amqpprovider"
 )
@@ -22,7 +23,7 @@ import (
 func newProvider(t *testing.T, cfg amqpprovider.Config) *amqpprovider.Provider {
 	t.Helper()
 	if cfg.URL == "" {
-		cfg.URL = brokerURL()
+		cfg.URL = testkit.RabbitURL()
 	}
 	p, err := amqpprovider.New(cfg)
 	if err != nil {
@@ -67,10 +68,10 @@ func wantOutcome(t *testing.T, attemptErr *providers.AttemptError, outcome provi
 
 func TestPublishIsConfirmedAndCarriesTheKey(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	ex := b.exchange(uniqueName(t, "ex"), amqp.ExchangeTopic)
-	q := b.queue(uniqueName(t, "q"))
-	b.bind(q, "orders.*", ex)
+	b := testkit.Rabbit(t)
+	ex := b.DeclareExchange(testkit.UniqueName(t, "ex"), amqp.ExchangeTopic)
+	q := b.DeclareQueue(testkit.UniqueName(t, "q"))
+	b.Bind(q, "orders.*", ex)
 	p := newProvider(t, amqpprovider.Config{})
 
 	payload := fmt.Sprintf(`{"exchange":%q,"routing_key":"orders.created","body":{"order":"42"},"headers":{"tenant":"acme"}}`, ex)
@@ -81,7 +82,7 @@ func TestPublishIsConfirmedAndCarriesTheKey(t *testing.T) {
 	if res.ProviderRef != "billing:order-7" {
 		t.Fatalf("ProviderRef = %q, want the message id", res.ProviderRef)
 	}
-	d := b.get(q)
+	d := b.Get(q, 10*time.Second)
 	if d.MessageId != "billing:order-7" {
 		t.Errorf("message-id = %q, want the idempotency key", d.MessageId)
 	}
@@ -98,14 +99,14 @@ func TestPublishIsConfirmedAndCarriesTheKey(t *testing.T) {
 
 func TestTextBodyAndTransientDelivery(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	q := b.queue(uniqueName(t, "q"))
+	b := testkit.Rabbit(t)
+	q := b.DeclareQueue(testkit.UniqueName(t, "q"))
 	p := newProvider(t, amqpprovider.Config{})
 	payload := fmt.Sprintf(`{"routing_key":%q,"body":"plain text","content_type":"text/plain; charset=utf-8","persistent":false}`, q)
 	if _, attemptErr := perform(t, p, request(8, payload)); attemptErr != nil {
 		t.Fatalf("Perform: %v", attemptErr)
 	}
-	d := b.get(q)
+	d := b.Get(q, 10*time.Second)
 	if string(d.Body) != "plain text" || d.ContentType != "text/plain; charset=utf-8" || d.DeliveryMode != amqp.Transient {
 		t.Fatalf("body %q, content-type %q, delivery mode %d", d.Body, d.ContentType, d.DeliveryMode)
 	}
@@ -113,34 +114,34 @@ func TestTextBodyAndTransientDelivery(t *testing.T) {
 
 func TestUnroutableFails(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	ex := b.exchange(uniqueName(t, "ex"), amqp.ExchangeDirect)
+	b := testkit.Rabbit(t)
+	ex := b.DeclareExchange(testkit.UniqueName(t, "ex"), amqp.ExchangeDirect)
 	p := newProvider(t, amqpprovider.Config{})
 
 	_, attemptErr := perform(t, p, request(1, fmt.Sprintf(`{"exchange":%q,"routing_key":"nobody","body":{}}`, ex)))
 	wantOutcome(t, attemptErr, providers.OutcomeFailed, "unroutable")
 	// The default exchange with no such queue is unroutable too.
-	_, attemptErr = perform(t, p, request(2, toQueue(uniqueName(t, "missing"))))
+	_, attemptErr = perform(t, p, request(2, toQueue(testkit.UniqueName(t, "missing"))))
 	wantOutcome(t, attemptErr, providers.OutcomeFailed, "unroutable")
 
 	// The channel stays clean: the next publish is confirmed as itself.
-	q := b.queue(uniqueName(t, "q"))
+	q := b.DeclareQueue(testkit.UniqueName(t, "q"))
 	if _, attemptErr := perform(t, p, request(3, toQueue(q))); attemptErr != nil {
 		t.Fatalf("Perform after unroutable: %v", attemptErr)
 	}
-	if d := b.get(q); d.MessageId != "billing:order-3" {
+	if d := b.Get(q, 10*time.Second); d.MessageId != "billing:order-3" {
 		t.Fatalf("got message %q", d.MessageId)
 	}
 }
 
 func TestMissingExchangeFails(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
+	b := testkit.Rabbit(t)
 	p := newProvider(t, amqpprovider.Config{})
-	_, attemptErr := perform(t, p, request(1, `{"exchange":"`+uniqueName(t, "nope")+`","routing_key":"k","body":{}}`))
+	_, attemptErr := perform(t, p, request(1, `{"exchange":"`+testkit.UniqueName(t, "nope")+`","routing_key":"k","body":{}}`))
 	wantOutcome(t, attemptErr, providers.OutcomeFailed, "not_found")
 
-	q := b.queue(uniqueName(t, "q"))
+	q := b.DeclareQueue(testkit.UniqueName(t, "q"))
 	if _, attemptErr := perform(t, p, request(2, toQueue(q))); attemptErr != nil {
 		t.Fatalf("Perform after a channel error: %v", attemptErr)
 	}
@@ -171,8 +172,8 @@ func TestBrokerDownIsRetriedAndThePasswordHidden(t *testing.T) {
 
 func TestConnectionLostBeforeConfirmIsAmbiguous(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	q := b.queue(uniqueName(t, "q"))
+	b := testkit.Rabbit(t)
+	q := b.DeclareQueue(testkit.UniqueName(t, "q"))
 	p := newProvider(t, amqpprovider.Config{AMQPConfig: faultyDial(t, true)})
 
 	_, attemptErr := perform(t, p, request(1, toQueue(q)))
@@ -181,8 +182,8 @@ func TestConnectionLostBeforeConfirmIsAmbiguous(t *testing.T) {
 
 func TestReconnectsAfterTheConnectionIsLost(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	q := b.queue(uniqueName(t, "q"))
+	b := testkit.Rabbit(t)
+	q := b.DeclareQueue(testkit.UniqueName(t, "q"))
 	var mu sync.Mutex
 	var conns []net.Conn
 	cfg := &amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
@@ -227,8 +228,8 @@ func TestReconnectsAfterTheConnectionIsLost(t *testing.T) {
 
 func TestConfirmTimeoutIsAmbiguous(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	q := b.queue(uniqueName(t, "q"))
+	b := testkit.Rabbit(t)
+	q := b.DeclareQueue(testkit.UniqueName(t, "q"))
 	p := newProvider(t, amqpprovider.Config{AMQPConfig: faultyDial(t, false), ConfirmTimeout: 300 * time.Millisecond})
 	_, attemptErr := perform(t, p, request(1, toQueue(q)))
 	wantOutcome(t, attemptErr, providers.OutcomeAmbiguous, "confirm_timeout")
@@ -245,8 +246,8 @@ func TestContextEndedBeforePublishIsRetried(t *testing.T) {
 
 func TestClosedProviderRetries(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	q := b.queue(uniqueName(t, "q"))
+	b := testkit.Rabbit(t)
+	q := b.DeclareQueue(testkit.UniqueName(t, "q"))
 	p := newProvider(t, amqpprovider.Config{})
 	if _, attemptErr := perform(t, p, request(1, toQueue(q))); attemptErr != nil {
 		t.Fatalf("Perform: %v", attemptErr)
@@ -262,8 +263,8 @@ func TestClosedProviderRetries(t *testing.T) {
 
 func TestConcurrentPublishes(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	q := b.queue(uniqueName(t, "q"))
+	b := testkit.Rabbit(t)
+	q := b.DeclareQueue(testkit.UniqueName(t, "q"))
 	p := newProvider(t, amqpprovider.Config{})
 	const n = 40
 	var wg sync.WaitGroup
@@ -280,7 +281,7 @@ func TestConcurrentPublishes(t *testing.T) {
 	for err := range errs {
 		t.Errorf("Perform: %v", err)
 	}
-	if got := b.count(q); got != n {
+	if got := b.Ready(q); got != n {
 		t.Fatalf("queue holds %d messages, want %d", got, n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/jetstreamprovider"
 )
@@ -19,7 +20,7 @@ import (
 func newProvider(t *testing.T, cfg jetstreamprovider.Config) *jetstreamprovider.Provider {
 	t.Helper()
 	if cfg.URL == "" {
-		cfg.URL = natsURL()
+		cfg.URL = testkit.NATSURL()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -54,8 +55,8 @@ func streamMsgs(t *testing.T, stream jetstream.Stream) uint64 {
 
 func TestPerformPublishesWithTheKeyAsMsgID(t *testing.T) {
 	t.Parallel()
-	_, js := testJS(t)
-	stream, prefix := newStream(t, js, jetstream.StreamConfig{Duplicates: 10 * time.Minute})
+	_, js := testkit.NATS(t)
+	stream, prefix := testkit.Stream(t, js, jetstream.StreamConfig{Duplicates: 10 * time.Minute})
 	name := stream.CachedInfo().Config.Name
 	p := newProvider(t, jetstreamprovider.Config{Stream: name})
 
@@ -95,8 +96,8 @@ func TestPerformPublishesWithTheKeyAsMsgID(t *testing.T) {
 
 func TestPerformSameKeyWithinTheWindowIsReplayed(t *testing.T) {
 	t.Parallel()
-	_, js := testJS(t)
-	stream, prefix := newStream(t, js, jetstream.StreamConfig{Duplicates: 10 * time.Minute})
+	_, js := testkit.NATS(t)
+	stream, prefix := testkit.Stream(t, js, jetstream.StreamConfig{Duplicates: 10 * time.Minute})
 	p := newProvider(t, jetstreamprovider.Config{Stream: stream.CachedInfo().Config.Name})
 
 	req := publishRequest(1, "notes:n-1", prefix+".notes")
@@ -125,15 +126,15 @@ func TestPerformSameKeyWithinTheWindowIsReplayed(t *testing.T) {
 
 func TestStreamWithoutDuplicateWindowDeclaresNoKeys(t *testing.T) {
 	t.Parallel()
-	_, js := testJS(t)
+	_, js := testkit.NATS(t)
 	// JetStream gives every stream one can publish to a duplicate window
 	// (2 minutes when none is set); a mirror has none.
-	origin, _ := newStream(t, js, jetstream.StreamConfig{})
-	mirror, _ := newStream(t, js, jetstream.StreamConfig{Mirror: &jetstream.StreamSource{Name: origin.CachedInfo().Config.Name}})
+	origin, _ := testkit.Stream(t, js, jetstream.StreamConfig{})
+	mirror, _ := testkit.Stream(t, js, jetstream.StreamConfig{Mirror: &jetstream.StreamSource{Name: origin.CachedInfo().Config.Name}})
 	if d := mirror.CachedInfo().Config.Duplicates; d != 0 {
 		t.Skipf("this server gives mirrors a duplicate window (%s)", d)
 	}
-	logger, logs := newLogger()
+	logger, logs := testkit.Logger()
 	p := newProvider(t, jetstreamprovider.Config{Stream: mirror.CachedInfo().Config.Name, Logger: logger})
 	if caps := p.Capabilities(); caps.IdempotencyKeys || caps.KeyWindow != 0 {
 		t.Fatalf("Capabilities() = %+v, want no idempotency keys", caps)
@@ -145,7 +146,7 @@ func TestStreamWithoutDuplicateWindowDeclaresNoKeys(t *testing.T) {
 
 func TestNeitherStreamNorKeyWindowDeclaresNoKeys(t *testing.T) {
 	t.Parallel()
-	logger, logs := newLogger()
+	logger, logs := testkit.Logger()
 	p := newProvider(t, jetstreamprovider.Config{Logger: logger})
 	if caps := p.Capabilities(); caps.IdempotencyKeys {
 		t.Fatalf("Capabilities() = %+v, want no idempotency keys", caps)
@@ -157,8 +158,8 @@ func TestNeitherStreamNorKeyWindowDeclaresNoKeys(t *testing.T) {
 
 func TestKeyWindowOverridesTheStream(t *testing.T) {
 	t.Parallel()
-	_, js := testJS(t)
-	stream, _ := newStream(t, js, jetstream.StreamConfig{Duplicates: time.Hour})
+	_, js := testkit.NATS(t)
+	stream, _ := testkit.Stream(t, js, jetstream.StreamConfig{Duplicates: time.Hour})
 	p := newProvider(t, jetstreamprovider.Config{Stream: stream.CachedInfo().Config.Name, KeyWindow: 30 * time.Second})
 	if caps := p.Capabilities(); !caps.IdempotencyKeys || caps.KeyWindow != 30*time.Second {
 		t.Fatalf("Capabilities() = %+v, want keys with the 30s override", caps)
@@ -220,9 +221,9 @@ func TestServerDownIsRetried(t *testing.T) {
 	}
 
 	// A server that goes away while the provider is connected.
-	_, js := testJS(t)
-	stream, prefix := newStream(t, js, jetstream.StreamConfig{Duplicates: 10 * time.Minute})
-	u, err := url.Parse(natsURL())
+	_, js := testkit.NATS(t)
+	stream, prefix := testkit.Stream(t, js, jetstream.StreamConfig{Duplicates: 10 * time.Minute})
+	u, err := url.Parse(testkit.NATSURL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestServerDownIsRetried(t *testing.T) {
 		t.Fatalf("Perform through the proxy: %v", err)
 	}
 	px.Close()
-	eventually(t, 10*time.Second, "Perform to report that it is not connected", func() bool {
+	testkit.Eventually(t, 10*time.Second, "Perform to report that it is not connected", func() bool {
 		_, err := perform(t, p2, publishRequest(3, "k-3", prefix+".x"))
 		got := providers.Classify(err)
 		if got == nil || got.Outcome != providers.OutcomeRetry {
@@ -253,7 +254,7 @@ func TestNewNeedsTheServerToReadTheStream(t *testing.T) {
 	if strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("error leaks the password: %v", err)
 	}
-	_, err = jetstreamprovider.New(ctx, jetstreamprovider.Config{URL: natsURL(), Stream: "NO_SUCH_STREAM_OUTBOX_TEST"})
+	_, err = jetstreamprovider.New(ctx, jetstreamprovider.Config{URL: testkit.NATSURL(), Stream: "NO_SUCH_STREAM_OUTBOX_TEST"})
 	if !errors.Is(err, jetstreamprovider.ErrStreamLookup) || !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("New with a missing stream = %v, want ErrStreamLookup wrapping ErrStreamNotFound", err)
 	}
@@ -261,9 +262,9 @@ func TestNewNeedsTheServerToReadTheStream(t *testing.T) {
 
 func TestNoStreamForTheSubject(t *testing.T) {
 	t.Parallel()
-	_, js := testJS(t)
-	stream, _ := newStream(t, js, jetstream.StreamConfig{})
-	other, otherPrefix := newStream(t, js, jetstream.StreamConfig{})
+	_, js := testkit.NATS(t)
+	stream, _ := testkit.Stream(t, js, jetstream.StreamConfig{})
+	other, otherPrefix := testkit.Stream(t, js, jetstream.StreamConfig{})
 
 	// No stream captures the subject: nothing was stored, retry.
 	p := newProvider(t, jetstreamprovider.Config{KeyWindow: time.Minute})
@@ -286,7 +287,7 @@ func TestNoStreamForTheSubject(t *testing.T) {
 
 func TestNoPubAckIsRetriedWhenKeyedAndAmbiguousWhenNot(t *testing.T) {
 	t.Parallel()
-	nc, _ := testJS(t)
+	nc, _ := testkit.NATS(t)
 	// A plain subscriber that never answers: the request is delivered and
 	// no PubAck comes back, as when a stream stores a message and its
 	// answer is lost.
@@ -341,9 +342,9 @@ func TestNewRejectsBadConfigNamingTheField(t *testing.T) {
 	cases := map[string]jetstreamprovider.Config{
 		"Config.URL":       {},
 		"Config.URL ":      {URL: "::not a url"},
-		"Config.Stream":    {URL: natsURL(), Stream: "has.dot"},
-		"Config.KeyWindow": {URL: natsURL(), KeyWindow: -time.Second},
-		"Config.Timeout":   {URL: natsURL(), Timeout: -time.Second},
+		"Config.Stream":    {URL: testkit.NATSURL(), Stream: "has.dot"},
+		"Config.KeyWindow": {URL: testkit.NATSURL(), KeyWindow: -time.Second},
+		"Config.Timeout":   {URL: testkit.NATSURL(), Timeout: -time.Second},
 	}
 	for field, cfg := range cases {
 		_, err := jetstreamprovider.New(context.Background(), cfg)

@@ -37,6 +37,8 @@ blindly repeated. Several 'outboxd run' processes may share one database.
 Credentials come from the environment, never from flags:
   STRIPE_API_KEY   or STRIPE_API_KEY_FILE    (for --providers stripe)
   SENDGRID_API_KEY or SENDGRID_API_KEY_FILE  (for --providers sendgrid)
+  AMQP_URL         or AMQP_URL_FILE          (for --providers rabbitmq; it holds a password)
+  WEBHOOK_<NAME>_SECRET or ..._FILE          (for each --webhook NAME=URL)
   OUTBOXD_ADMIN_TOKEN or OUTBOXD_ADMIN_TOKEN_FILE
                    (the admin server's bearer token; required when
                     --admin-addr is not a loopback address)

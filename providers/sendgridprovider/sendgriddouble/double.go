@@ -23,15 +23,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log"
 	"maps"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/outboxkit/outbox/internal/doubleserver"
 	"github.com/outboxkit/outbox/internal/effects"
 	"github.com/outboxkit/outbox/providers/fault"
 )
@@ -151,12 +149,10 @@ type Server struct {
 	faults  *fault.Injector
 	handler http.Handler
 
-	httpServer *http.Server
-	listener   net.Listener
-	served     chan struct{}
-	closed     chan struct{}
-	closeOnce  sync.Once
-	closeErr   error
+	srv       *doubleserver.Server
+	closed    chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 
 	effects effects.Tally
 
@@ -173,25 +169,11 @@ type Server struct {
 // goroutine. Close it when done.
 func NewServer(cfg Config) (*Server, error) {
 	s := newServer(cfg)
-	addr := cfg.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
+	srv, err := doubleserver.Start("sendgriddouble", cfg.Addr, s.handler)
 	if err != nil {
-		return nil, fmt.Errorf("sendgriddouble: listen on %s: %w", addr, err)
+		return nil, err
 	}
-	s.listener = ln
-	s.httpServer = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		// Dropped connections and aborted handlers are deliberate here.
-		ErrorLog: log.New(io.Discard, "", 0),
-	}
-	go func() {
-		defer close(s.served)
-		_ = s.httpServer.Serve(ln)
-	}()
+	s.srv = srv
 	return s, nil
 }
 
@@ -208,7 +190,6 @@ func newServer(cfg Config) *Server {
 	s := &Server{
 		cfg:     cfg,
 		faults:  cfg.Faults,
-		served:  make(chan struct{}),
 		closed:  make(chan struct{}),
 		applied: map[fault.Kind]int{},
 		changed: make(chan struct{}),
@@ -227,10 +208,10 @@ func newServer(cfg Config) *Server {
 // URL is the double's base URL ("http://127.0.0.1:PORT"), to use as the
 // adapter's BaseURL or sendgrid.GetRequest's host.
 func (s *Server) URL() string {
-	if s.listener == nil {
+	if s.srv == nil {
 		return ""
 	}
-	return "http://" + s.listener.Addr().String()
+	return s.srv.URL()
 }
 
 // Close stops the server, closes its connections and wakes requests held by
@@ -238,9 +219,8 @@ func (s *Server) URL() string {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
-		if s.httpServer != nil {
-			s.closeErr = s.httpServer.Close()
-			<-s.served
+		if s.srv != nil {
+			s.closeErr = s.srv.Close()
 		}
 	})
 	return s.closeErr

@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -40,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxkit/outbox/internal/doubleserver"
 	"github.com/outboxkit/outbox/internal/effects"
 	"github.com/outboxkit/outbox/providers/fault"
 )
@@ -151,9 +151,7 @@ type Server struct {
 	faults  *fault.Injector
 	handler http.Handler
 
-	ln      net.Listener
-	httpSrv *http.Server
-	served  chan struct{}
+	srv *doubleserver.Server
 
 	effects effects.Tally
 
@@ -185,21 +183,11 @@ type savedResponse struct {
 // goroutine. Close it when done.
 func NewServer(cfg Config) (*Server, error) {
 	s := newServer(cfg)
-	addr := cfg.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
+	srv, err := doubleserver.Start("stripedouble", cfg.Addr, s.handler)
 	if err != nil {
-		return nil, fmt.Errorf("stripedouble: listen on %s: %w", addr, err)
+		return nil, err
 	}
-	s.ln = ln
-	s.httpSrv = &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
-	s.served = make(chan struct{})
-	go func() {
-		defer close(s.served)
-		_ = s.httpSrv.Serve(ln)
-	}()
+	s.srv = srv
 	return s, nil
 }
 
@@ -234,15 +222,11 @@ func newServer(cfg Config) *Server {
 
 // URL is the double's base URL, "http://127.0.0.1:PORT", to give to
 // stripe-go as BackendConfig.URL.
-func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+func (s *Server) URL() string { return s.srv.URL() }
 
 // Close stops the server, dropping open connections (a request held by a
 // Delay fault sees its context cancelled), and waits for it to stop serving.
-func (s *Server) Close() error {
-	err := s.httpSrv.Close()
-	<-s.served
-	return err
-}
+func (s *Server) Close() error { return s.srv.Close() }
 
 // Handler is the double's HTTP handler, to mount elsewhere if wanted.
 //

@@ -29,13 +29,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/outboxkit/outbox/internal/doubleserver"
 	"github.com/outboxkit/outbox/internal/effects"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/webhookprovider"
@@ -118,9 +117,7 @@ type Server struct {
 	tolerance time.Duration
 	handler   http.Handler
 
-	ln      net.Listener
-	httpSrv *http.Server
-	served  chan struct{}
+	srv *doubleserver.Server
 
 	effects effects.Tally
 
@@ -169,40 +166,21 @@ func NewServer(cfg Config) (*Server, error) {
 		s.tolerance = webhookprovider.DefaultTolerance
 	}
 	s.handler = http.HandlerFunc(s.handle)
-	addr := cfg.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
+	srv, err := doubleserver.Start("webhookdouble", cfg.Addr, s.handler)
 	if err != nil {
-		return nil, fmt.Errorf("webhookdouble: listen on %s: %w", addr, err)
+		return nil, err
 	}
-	s.ln = ln
-	s.httpSrv = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		// Dropped connections and aborted handlers are deliberate here.
-		ErrorLog: log.New(io.Discard, "", 0),
-	}
-	s.served = make(chan struct{})
-	go func() {
-		defer close(s.served)
-		_ = s.httpSrv.Serve(ln)
-	}()
+	s.srv = srv
 	return s, nil
 }
 
 // URL is the double's base URL, "http://127.0.0.1:PORT". It accepts POSTs
 // on every path, so endpoints can be URL()+"/anything".
-func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+func (s *Server) URL() string { return s.srv.URL() }
 
 // Close stops the server, dropping open connections, and waits for it to
 // stop serving.
-func (s *Server) Close() error {
-	err := s.httpSrv.Close()
-	<-s.served
-	return err
-}
+func (s *Server) Close() error { return s.srv.Close() }
 
 // Faults returns the injector the double draws faults from.
 func (s *Server) Faults() *fault.Injector { return s.faults }

@@ -41,6 +41,7 @@ import (
 
 	"github.com/outboxkit/outbox/internal/doubleserver"
 	"github.com/outboxkit/outbox/internal/effects"
+	"github.com/outboxkit/outbox/internal/idemstore"
 	"github.com/outboxkit/outbox/providers/fault"
 )
 
@@ -158,19 +159,11 @@ type Server struct {
 	mu            sync.Mutex
 	pis           []*PaymentIntent
 	byID          map[string]*PaymentIntent
-	keys          map[string]*idemEntry
+	keys          *idemstore.Store[savedResponse]
 	declines      map[string]string
 	requests      int
 	replays       int
 	faultsApplied map[fault.Kind]int
-}
-
-// idemEntry is the idempotency store's record of one key.
-type idemEntry struct {
-	fingerprint string
-	firstUsed   time.Time
-	inFlight    bool
-	saved       *savedResponse
 }
 
 type savedResponse struct {
@@ -197,7 +190,7 @@ func newServer(cfg Config) *Server {
 		now:           cfg.Now,
 		faults:        cfg.Faults,
 		byID:          map[string]*PaymentIntent{},
-		keys:          map[string]*idemEntry{},
+		keys:          idemstore.New[savedResponse](KeyRetention),
 		declines:      map[string]string{DeclinedCard: "generic_decline", InsufficientFundsCard: "insufficient_funds"},
 		faultsApplied: map[fault.Kind]int{},
 	}
@@ -466,23 +459,14 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// The idempotency layer.
-	var entry *idemEntry
+	var claim *idemstore.Claim[savedResponse]
 	if key != "" {
-		fp := form.Encode() // url.Values.Encode sorts by key: order-independent.
-		now := s.now()
-		s.mu.Lock()
-		e := s.keys[key]
-		if e != nil && !e.inFlight && !now.Before(e.firstUsed.Add(KeyRetention)) {
-			delete(s.keys, key) // pruned: a reuse executes afresh
-			e = nil
-		}
-		switch {
-		case e == nil:
-			entry = &idemEntry{fingerprint: fp, firstUsed: now, inFlight: true}
-			s.keys[key] = entry
-			s.mu.Unlock()
-		case e.inFlight:
-			s.mu.Unlock()
+		// url.Values.Encode sorts by key: the fingerprint is order-independent.
+		c, outcome, saved := s.keys.Begin(key, form.Encode(), s.now())
+		switch outcome {
+		case idemstore.Fresh:
+			claim = c
+		case idemstore.InFlight:
 			s.writeError(w, r, reqID, http.StatusConflict, apiError{
 				Type:    "invalid_request_error",
 				Code:    "idempotency_key_in_use",
@@ -490,15 +474,14 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 				DocURL:  "https://stripe.com/docs/error-codes/idempotency-key-in-use",
 			})
 			return
-		case e.fingerprint != fp:
-			s.mu.Unlock()
+		case idemstore.Mismatch:
 			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{
 				Type:    "idempotency_error",
 				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '" + key + "' if you meant to execute a different request.",
 			})
 			return
-		default:
-			saved := *e.saved
+		case idemstore.Saved:
+			s.mu.Lock()
 			s.replays++
 			s.mu.Unlock()
 			s.replay(w, r, reqID, saved, f)
@@ -508,7 +491,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 
 	params, verr := parseCreate(form)
 	if verr != nil {
-		s.release(key, entry)
+		claim.Release()
 		s.writeError(w, r, reqID, http.StatusBadRequest, *verr)
 		return
 	}
@@ -516,7 +499,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if f.Kind == fault.ErrorBefore { // 500: execution started, nothing done, saved
 		s.countFault(f.Kind)
 		resp := savedResponse{status: http.StatusInternalServerError, body: serverErrorBody(http.StatusInternalServerError), requestID: reqID}
-		s.finish(key, entry, resp)
+		claim.Finish(resp)
 		s.write(w, r, reqID, resp.status, resp.body)
 		return
 	}
@@ -528,22 +511,22 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		status := f.StatusOr500()
 		errResp := savedResponse{status: status, body: serverErrorBody(status), requestID: reqID}
 		if status == http.StatusInternalServerError {
-			s.finish(key, entry, errResp)
+			claim.Finish(errResp)
 		} else {
-			s.finish(key, entry, resp)
+			claim.Finish(resp)
 		}
 		s.write(w, r, reqID, errResp.status, errResp.body)
 	case fault.LoseResponse:
 		s.countFault(f.Kind)
-		s.finish(key, entry, resp)
+		claim.Finish(resp)
 		fault.DropConnection(w)
 	case fault.Delay:
 		s.countFault(f.Kind)
 		sleep(r.Context(), f.Delay)
-		s.finish(key, entry, resp)
+		claim.Finish(resp)
 		s.write(w, r, reqID, resp.status, resp.body)
 	default:
-		s.finish(key, entry, resp)
+		claim.Finish(resp)
 		s.write(w, r, reqID, resp.status, resp.body)
 	}
 }
@@ -573,31 +556,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
-}
-
-// release forgets an in-flight key whose request ended without a response
-// Stripe saves.
-func (s *Server) release(key string, entry *idemEntry) {
-	if entry == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.keys[key] == entry {
-		delete(s.keys, key)
-	}
-}
-
-// finish saves resp under an in-flight key.
-func (s *Server) finish(key string, entry *idemEntry, resp savedResponse) {
-	if entry == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	entry.inFlight = false
-	entry.saved = &resp
-	s.keys[key] = entry
 }
 
 type createParams struct {

@@ -36,6 +36,7 @@ import (
 
 	"github.com/outboxkit/outbox/internal/doubleserver"
 	"github.com/outboxkit/outbox/internal/effects"
+	"github.com/outboxkit/outbox/internal/idemstore"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/webhookprovider"
 )
@@ -123,16 +124,11 @@ type Server struct {
 
 	mu           sync.Mutex
 	deliveries   []Delivery
-	keys         map[string]*keyEntry
+	keys         *idemstore.Store[saved]
 	requests     int
 	replays      int
 	unauthorized int
 	applied      map[fault.Kind]int
-}
-
-type keyEntry struct {
-	inFlight bool
-	saved    *saved
 }
 
 type saved struct {
@@ -150,7 +146,7 @@ func NewServer(cfg Config) (*Server, error) {
 		faults:    cfg.Faults,
 		now:       cfg.Now,
 		tolerance: cfg.Tolerance,
-		keys:      map[string]*keyEntry{},
+		keys:      idemstore.New[saved](0),
 		applied:   map[fault.Kind]int{},
 	}
 	if s.secret == "" {
@@ -298,48 +294,45 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		CreatedAt: env.CreatedAt,
 	}
 
-	var entry *keyEntry
+	var claim *idemstore.Claim[saved]
 	if s.keyHeader != "" {
 		d.IdempotencyKey = r.Header.Get(s.keyHeader)
 		if d.IdempotencyKey == "" {
 			writeJSON(w, http.StatusBadRequest, message{"the " + s.keyHeader + " header is required"})
 			return
 		}
-		s.mu.Lock()
-		e, ok := s.keys[d.IdempotencyKey]
-		switch {
-		case ok && e.inFlight:
-			s.mu.Unlock()
+		// Receivers compare keys, not bodies: one fingerprint for all.
+		c, outcome, sv := s.keys.Begin(d.IdempotencyKey, "", s.now())
+		switch outcome {
+		case idemstore.InFlight:
 			writeJSON(w, http.StatusConflict, message{"a request with this idempotency key is in progress; retry later"})
 			return
-		case ok:
-			sv := *e.saved
+		case idemstore.Saved:
+			s.mu.Lock()
 			s.replays++
 			s.mu.Unlock()
 			s.replay(w, r, sv)
 			return
 		}
-		entry = &keyEntry{inFlight: true}
-		s.keys[d.IdempotencyKey] = entry
-		s.mu.Unlock()
+		claim = c
 	}
 
 	f := s.faults.Next()
 	switch f.Kind {
 	case fault.RateLimit:
 		s.applyFault(f.Kind)
-		s.release(d.IdempotencyKey, entry)
+		claim.Release()
 		w.Header().Set("Retry-After", strconv.Itoa(int((f.RetryAfterOrDefault()+time.Second-1)/time.Second)))
 		writeJSON(w, http.StatusTooManyRequests, message{"too many requests"})
 		return
 	case fault.ErrorBefore:
 		s.applyFault(f.Kind)
-		s.release(d.IdempotencyKey, entry)
+		claim.Release()
 		writeJSON(w, f.StatusOr500(), message{"the receiver failed before handling the event"})
 		return
 	}
 	if d.Event == RejectedEvent {
-		s.release(d.IdempotencyKey, entry)
+		claim.Release()
 		writeJSON(w, http.StatusUnprocessableEntity, message{"event " + RejectedEvent + " is not accepted by this receiver"})
 		return
 	}
@@ -351,24 +344,24 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		status := f.StatusOr500()
 		errBody, _ := json.Marshal(message{"the receiver failed after handling the event"})
 		if status == http.StatusInternalServerError {
-			s.finish(d.IdempotencyKey, entry, saved{status: status, body: errBody})
+			claim.Finish(saved{status: status, body: errBody})
 		} else {
-			s.finish(d.IdempotencyKey, entry, ok)
+			claim.Finish(ok)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_, _ = w.Write(errBody)
 	case fault.LoseResponse:
 		s.applyFault(f.Kind)
-		s.finish(d.IdempotencyKey, entry, ok)
+		claim.Finish(ok)
 		fault.DropConnection(w)
 	case fault.Delay:
 		s.applyFault(f.Kind)
 		sleep(r.Context(), f.Delay)
-		s.finish(d.IdempotencyKey, entry, ok)
+		claim.Finish(ok)
 		writeSaved(w, ok)
 	default:
-		s.finish(d.IdempotencyKey, entry, ok)
+		claim.Finish(ok)
 		writeSaved(w, ok)
 	}
 }
@@ -410,31 +403,6 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, sv saved) {
 }
 
 func (s *Server) applyFault(k fault.Kind) { s.count(func() { s.applied[k]++ }) }
-
-// release forgets an in-flight key whose request ended without an answer
-// worth saving.
-func (s *Server) release(key string, entry *keyEntry) {
-	if entry == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.keys[key] == entry {
-		delete(s.keys, key)
-	}
-}
-
-// finish saves sv under an in-flight key.
-func (s *Server) finish(key string, entry *keyEntry, sv saved) {
-	if entry == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	entry.inFlight = false
-	entry.saved = &sv
-	s.keys[key] = entry
-}
 
 func sleep(ctx context.Context, d time.Duration) {
 	if d <= 0 {

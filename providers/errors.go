@@ -13,6 +13,28 @@ var ErrUnknownKind = errors.New("unknown intent kind")
 // asked whether it performed a request.
 var ErrReconcileUnsupported = errors.New("provider cannot reconcile")
 
+// ErrAbsenceNotProven is wrapped by Reconcile's error when nothing was
+// found but the lookup cannot prove the effect did not happen (see
+// Provider.Reconcile).
+var ErrAbsenceNotProven = errors.New("absence not proven")
+
+// MismatchError is Reconcile's answer when the provider holds an object that
+// carries the intent's namespace and key but whose essential parameters
+// differ from the intent's payload. It is never adopted as the intent's
+// effect.
+type MismatchError struct {
+	// ProviderRef is the provider's id for the object found.
+	ProviderRef string
+	// Field names the parameter that differs ("amount").
+	Field string
+	// Want and Got are the intent's value and the object's.
+	Want, Got string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("%s carries this intent's key but its %s is %s, not %s", e.ProviderRef, e.Field, e.Got, e.Want)
+}
+
 // PayloadError says which field of an intent's payload is wrong. Validate
 // returns it so that a consumer's transaction fails with an error a person can
 // act on, before anything is stored.

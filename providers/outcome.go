@@ -45,7 +45,20 @@ type AttemptError struct {
 	Message string
 	// Err is the underlying error, if any.
 	Err error
+	// DidNotAct is true only when the provider certainly did not act on
+	// this request: it never left (dial, DNS, TLS handshake, a context that
+	// ended before the call), or the provider refused it before acting and
+	// saved nothing (429, a validation 400, 401, 403). The zero value, the
+	// safe one, means the provider may have acted: a timeout, a lost
+	// connection, a 5xx, a 409 key-in-use. The dispatcher keeps "may have
+	// acted" for the rest of the intent's life (DESIGN.md, invariant 3).
+	DidNotAct bool
 }
+
+// MayHaveActed reports whether the provider may have acted on the request
+// this error ended: anything but a proven DidNotAct. Classify(err) first for
+// a plain error.
+func (e *AttemptError) MayHaveActed() bool { return !e.DidNotAct }
 
 func (e *AttemptError) Error() string {
 	msg := string(e.Outcome)
@@ -86,7 +99,10 @@ func Classify(err error) *AttemptError {
 // key that is OutcomeRetry (the key makes the repeat safe), without one it is
 // OutcomeAmbiguous.
 func ClassifyTransport(err error, keyed bool) *AttemptError {
-	if RequestNeverSent(err) || keyed {
+	if RequestNeverSent(err) {
+		return &AttemptError{Outcome: OutcomeRetry, Err: err, DidNotAct: true}
+	}
+	if keyed {
 		return &AttemptError{Outcome: OutcomeRetry, Err: err}
 	}
 	return &AttemptError{Outcome: OutcomeAmbiguous, Err: err}

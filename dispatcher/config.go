@@ -29,6 +29,12 @@ const (
 	// River's: polling is only the fallback when a notification is missed.
 	DefaultFetchPollInterval = time.Second
 
+	// DefaultRecheckDelay, doubling up to DefaultMaxRechecks look-ups,
+	// covers Stripe search's documented delay of up to an hour in outages.
+	DefaultRecheckDelay    = time.Minute
+	DefaultMaxRechecks     = 6
+	DefaultRecheckInterval = 15 * time.Second
+
 	DefaultDedupWindow       = 7 * 24 * time.Hour
 	DefaultAuditRetention    = 30 * 24 * time.Hour
 	DefaultRetentionInterval = time.Hour
@@ -76,6 +82,19 @@ type Config struct {
 	// trusting it, to absorb clock skew between us and the provider.
 	// Defaults to DefaultKeyWindowMargin, capped at half the window.
 	KeyWindowMargin time.Duration
+
+	// RecheckDelay is how long after an in_doubt verdict whose look-up
+	// proved nothing yet (a search not found, a failed look-up, a request
+	// that may still be in progress) the provider is asked again; each
+	// later look-up waits twice as long, at most MaxRechecks times, then
+	// the intent waits for an operator. Defaults to DefaultRecheckDelay and
+	// DefaultMaxRechecks; MaxRechecks < 0 means never.
+	RecheckDelay time.Duration
+	MaxRechecks  int
+
+	// RecheckInterval is how often the leader looks for in_doubt intents
+	// whose look-up is due. Defaults to DefaultRecheckInterval.
+	RecheckInterval time.Duration
 
 	// RescueStuckJobsAfter is how long a job may stay running before River
 	// assumes its worker died (a crash, kill -9) and runs it again. It must
@@ -127,7 +146,8 @@ type Config struct {
 	// and every intent that settles; see Observer. Nil means none.
 	Observer Observer
 
-	// Now is the clock used for key windows. Defaults to time.Now.
+	// Now is the clock for every decision that depends on time: key
+	// windows, claims, look-ups due. Defaults to time.Now.
 	Now func() time.Time
 
 	// Logger receives one line per attempt outcome. Defaults to discarding.
@@ -168,6 +188,8 @@ func (c *Config) withDefaults() (*Config, error) {
 		{"RetentionInterval", &out.RetentionInterval, DefaultRetentionInterval},
 		{"FetchCooldown", &out.FetchCooldown, DefaultFetchCooldown},
 		{"FetchPollInterval", &out.FetchPollInterval, DefaultFetchPollInterval},
+		{"RecheckDelay", &out.RecheckDelay, DefaultRecheckDelay},
+		{"RecheckInterval", &out.RecheckInterval, DefaultRecheckInterval},
 	}
 	for _, d := range durations {
 		if *d.value < 0 {
@@ -202,6 +224,14 @@ func (c *Config) withDefaults() (*Config, error) {
 		if n < 1 || n > maxAttemptsLimit {
 			return nil, fmt.Errorf("dispatcher: Config.MaxAttemptsByKind[%q] must be between 1 and %d, got %d", kind, maxAttemptsLimit, n)
 		}
+	}
+	switch {
+	case out.MaxRechecks == 0:
+		out.MaxRechecks = DefaultMaxRechecks
+	case out.MaxRechecks < 0:
+		out.MaxRechecks = 0
+	case out.MaxRechecks > 20:
+		return nil, fmt.Errorf("dispatcher: Config.MaxRechecks must be at most 20, got %d", out.MaxRechecks)
 	}
 	if out.RetentionBatch == 0 {
 		out.RetentionBatch = DefaultRetentionBatch

@@ -13,19 +13,23 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 )
 
 // maxAttemptsLimit keeps our bound under River's own limit for a dispatch
 // job, so River never discards a job the dispatcher would still try.
-const maxAttemptsLimit = intenttype.DispatchMaxAttempts - 10
+const maxAttemptsLimit = intentstore.DispatchMaxAttempts - 10
 
 // Dispatcher runs River workers that perform intents. Create it with New,
 // then Start it; Stop waits for attempts in flight.
 type Dispatcher struct {
 	config *Config
 	pool   *pgxpool.Pool
+	store  *intentstore.Store
 	river  *river.Client[pgx.Tx]
+	// namespace is the deployment's (intentstore.Store.Namespace), read by
+	// Start before any work.
+	namespace string
 }
 
 // New returns a Dispatcher working the intents in the database behind pool,
@@ -41,7 +45,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{config: cfg, pool: pool}
+	store, err := intentstore.New(pool, nil)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{config: cfg, pool: pool, store: store}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &dispatchWorker{d: d}); err != nil {
 		return nil, err
@@ -52,8 +60,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err := river.AddWorkerSafely(workers, &retentionWorker{d: d}); err != nil {
 		return nil, err
 	}
+	if err := river.AddWorkerSafely(workers, &recheckWorker{d: d}); err != nil {
+		return nil, err
+	}
 	d.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:               map[string]river.QueueConfig{intenttype.DispatchQueue: {MaxWorkers: cfg.MaxWorkers}},
+		Queues:               map[string]river.QueueConfig{intentstore.DispatchQueue: {MaxWorkers: cfg.MaxWorkers}},
 		Workers:              workers,
 		JobTimeout:           cfg.jobTimeout(),
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
@@ -66,6 +77,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 				func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
 			d.retentionJob(),
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.RecheckInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return recheckArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
 		},
 	})
 	if err != nil {
@@ -77,6 +91,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 // Start begins working intents. It returns once River has started; work
 // goes on in the background until Stop.
 func (d *Dispatcher) Start(ctx context.Context) error {
+	ns, err := d.store.Namespace(ctx)
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w (has the database been migrated? outboxd migrate)", err)
+	}
+	d.namespace = ns
 	// River stops hard when its start context ends; shutdown goes through
 	// Stop instead, so it can be graceful.
 	return d.river.Start(context.WithoutCancel(ctx))

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -32,26 +33,29 @@ type Observer interface {
 	IntentSettled(kind string, state intenttype.State, sinceRecorded time.Duration)
 }
 
-// observe reports a committed settlement to the Observer, if any. settled
-// is whether the settlement changed the intent's state (an operator may
-// have moved it during the attempt).
-func (d *Dispatcher) observe(kind string, recordedAt time.Time, s settlement, settled bool) {
+// observe reports a committed settlement to the Observer, if any. applied
+// is whether the settlement changed the intent's state (an operator may have
+// moved it during the attempt); started is when the call began, zero when
+// there was none or it is not known.
+func (d *Dispatcher) observe(kind string, recordedAt, started time.Time, st intentstore.Settlement, applied bool) {
 	o := d.config.Observer
 	if o == nil {
 		return
 	}
-	if a := s.attempt; a != nil && a.outcome != "" {
+	if a := st.Outcome; a != nil && a.Outcome != "" {
 		var took time.Duration
-		if !a.started.IsZero() {
-			took = max(a.finished.Sub(a.started), 0)
+		if !started.IsZero() {
+			took = max(a.Finished.Sub(started), 0)
 		}
-		o.AttemptFinished(kind, a.outcome, took)
+		o.AttemptFinished(kind, providers.Outcome(a.Outcome), took)
 	}
-	if !settled {
+	if !applied {
 		return
 	}
-	switch s.state {
+	switch st.To {
 	case intenttype.StateSucceeded, intenttype.StateFailed, intenttype.StateInDoubt:
-		o.IntentSettled(kind, s.state, max(time.Since(recordedAt), 0))
+		if st.From != st.To {
+			o.IntentSettled(kind, st.To, max(time.Since(recordedAt), 0))
+		}
 	}
 }

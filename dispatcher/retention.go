@@ -7,7 +7,7 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 )
 
 // Pruned is what one retention pass deleted.
@@ -28,7 +28,7 @@ func (retentionArgs) Kind() string { return "outbox_retention" }
 
 func (retentionArgs) InsertOpts() river.InsertOpts {
 	// One try: a pass that fails is repeated at the next interval anyway.
-	return river.InsertOpts{Queue: intenttype.DispatchQueue, MaxAttempts: 1}
+	return river.InsertOpts{Queue: intentstore.DispatchQueue, MaxAttempts: 1}
 }
 
 type retentionWorker struct {
@@ -79,11 +79,11 @@ func (d *Dispatcher) retentionJob() *river.PeriodicJob {
 func (d *Dispatcher) PruneOnce(ctx context.Context) (Pruned, error) {
 	var p Pruned
 	var err error
-	p.Markers, err = d.pruneBatches(ctx, pruneMarkersSQL, d.config.DedupWindow)
+	p.Markers, err = d.pruneBatches(ctx, d.store.PruneMarkers, d.config.DedupWindow)
 	if err != nil {
 		return p, fmt.Errorf("dispatcher: prune processed markers: %w", err)
 	}
-	p.Intents, err = d.pruneBatches(ctx, pruneIntentsSQL, d.config.AuditRetention)
+	p.Intents, err = d.pruneBatches(ctx, d.store.PruneIntents, d.config.AuditRetention)
 	if err != nil {
 		return p, fmt.Errorf("dispatcher: prune terminal intents: %w", err)
 	}
@@ -92,15 +92,15 @@ func (d *Dispatcher) PruneOnce(ctx context.Context) (Pruned, error) {
 
 // pruneBatches runs a pruning statement until it deletes fewer rows than a
 // batch, and returns how many it deleted.
-func (d *Dispatcher) pruneBatches(ctx context.Context, sql string, olderThan time.Duration) (int64, error) {
+func (d *Dispatcher) pruneBatches(ctx context.Context, prune func(context.Context, time.Duration, int) (int64, error), olderThan time.Duration) (int64, error) {
 	var total int64
 	for {
-		tag, err := d.pool.Exec(ctx, sql, olderThan.Microseconds(), d.config.RetentionBatch)
+		n, err := prune(ctx, olderThan, d.config.RetentionBatch)
 		if err != nil {
 			return total, err
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(d.config.RetentionBatch) {
+		total += n
+		if n < int64(d.config.RetentionBatch) {
 			return total, nil
 		}
 	}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 )
 
 const sweepBatch = 500
@@ -17,7 +16,7 @@ type sweepArgs struct{}
 func (sweepArgs) Kind() string { return "outbox_sweep" }
 
 func (sweepArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: intenttype.DispatchQueue, MaxAttempts: 1}
+	return river.InsertOpts{Queue: intentstore.DispatchQueue, MaxAttempts: 1}
 }
 
 type sweepWorker struct {
@@ -30,30 +29,22 @@ func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error {
 	return err
 }
 
-// Sweep re-enqueues every pending or dispatching intent older than
-// Config.SweepGrace that has no live dispatch job (one lost to an operator's
+// Sweep re-enqueues every pending or dispatching intent untouched for longer
+// than Config.SweepGrace that has no live dispatch job (one lost to an operator's
 // job deletion, a discarded job, or a bug), in batches, and returns how many
 // it re-enqueued. The leader runs it every Config.SweepInterval; calling it
 // directly is safe, since dispatch jobs are unique per intent.
 func (d *Dispatcher) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		rows, err := d.pool.Query(ctx, strandedIntentsSQL, d.config.SweepGrace.Microseconds(), sweepBatch)
-		if err != nil {
-			return total, fmt.Errorf("dispatcher: sweep: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		ids, err := d.store.Stranded(ctx, d.config.SweepGrace, sweepBatch)
 		if err != nil {
 			return total, fmt.Errorf("dispatcher: sweep: %w", err)
 		}
 		if len(ids) == 0 {
 			return total, nil
 		}
-		params := make([]river.InsertManyParams, len(ids))
-		for i, id := range ids {
-			params[i] = river.InsertManyParams{Args: intenttype.DispatchArgs{IntentID: id}}
-		}
-		if _, err := d.river.InsertMany(ctx, params); err != nil {
+		if err := d.store.Enqueue(ctx, ids); err != nil {
 			return total, fmt.Errorf("dispatcher: sweep: enqueue: %w", err)
 		}
 		total += len(ids)

@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,129 +10,138 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/providers"
 )
 
 type dispatchWorker struct {
-	river.WorkerDefaults[intenttype.DispatchArgs]
+	river.WorkerDefaults[intentstore.DispatchArgs]
 	d *Dispatcher
 }
 
-func (w *dispatchWorker) Timeout(*river.Job[intenttype.DispatchArgs]) time.Duration {
+func (w *dispatchWorker) Timeout(*river.Job[intentstore.DispatchArgs]) time.Duration {
 	return w.d.config.jobTimeout()
 }
 
-func (w *dispatchWorker) Work(ctx context.Context, job *river.Job[intenttype.DispatchArgs]) error {
-	return w.d.work(ctx, job)
+func (w *dispatchWorker) Work(ctx context.Context, job *river.Job[intentstore.DispatchArgs]) error {
+	return w.d.work(ctx, job.ID, job.Args.IntentID)
 }
 
-// intentRow is what one attempt needs to know about its intent.
-type intentRow struct {
-	id           int64
-	key          string
-	kind         string
-	provider     string
-	payload      json.RawMessage
-	state        intenttype.State
-	attemptCount int
-	createdAt    time.Time
-	// resendRequested: an operator resent the intent after checking the
-	// effect did not happen; the next attempt goes ahead even past the
-	// provider's key window.
-	resendRequested bool
-}
+// claimLostSnooze asks River to run the job again soon: the intent moved
+// between its load and its claim, and the next run looks afresh.
+const claimLostSnooze = time.Second
 
-// settlement is the result of an attempt (or of finding one ambiguous),
-// written in one transaction with the job's completion.
-type settlement struct {
-	fromState    intenttype.State
-	state        intenttype.State
-	attemptCount int
-	providerRef  string
-	lastError    string
-	reason       string
-	attempt      *attemptRecord
-	retryAfter   time.Duration
-}
-
-type attemptRecord struct {
-	number     int
-	writeAhead bool // the row exists, opened before the call
-	started    time.Time
-	finished   time.Time
-	outcome    providers.Outcome
-	httpStatus int
-	ref        string
-	replayed   bool
-	errText    string
-}
-
-func (d *Dispatcher) work(ctx context.Context, job *river.Job[intenttype.DispatchArgs]) error {
-	in, err := d.loadIntent(ctx, job.Args.IntentID)
+// work decides and carries out the next step for one intent. Every decision
+// is taken from the intent's row alone (never from River's job): the row's
+// state, its one attempt counter and budget, whether an attempt may have
+// acted, and when its key was first used.
+func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
+	row, err := d.store.Load(ctx, intentID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Pruned by retention, or never committed: nothing to do.
-		d.config.Logger.WarnContext(ctx, "dispatch job for an intent that does not exist", "intent_id", job.Args.IntentID)
+		d.config.Logger.WarnContext(ctx, "dispatch job for an intent that does not exist", "intent_id", intentID)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if in.state != intenttype.StatePending && in.state != intenttype.StateDispatching {
+	if row.State != intenttype.StatePending && row.State != intenttype.StateDispatching {
 		return nil // terminal or in_doubt: the row is the system of record
 	}
-	p, ok := d.config.Providers.ByName(in.provider)
+	p, ok := d.config.Providers.ByName(row.Provider)
 	if !ok {
-		d.config.Logger.WarnContext(ctx, "no provider configured for intent; will look again", "intent_id", in.id, "provider", in.provider)
+		d.config.Logger.WarnContext(ctx, "no provider configured for intent; will look again", "intent_id", row.ID, "provider", row.Provider)
 		return river.JobSnooze(time.Minute)
 	}
 	caps := p.Capabilities()
-	req := providers.Request{IntentID: in.id, IdempotencyKey: in.key, Kind: in.kind, Payload: in.payload, Attempt: in.attemptCount + 1}
+	now := d.config.Now()
+	st := step{d: d, jobID: jobID, row: row, p: p}
 
-	if in.state == intenttype.StateDispatching {
-		// A write-ahead attempt with no outcome: a dispatcher stopped
-		// during the call, and the provider may have acted.
-		return d.settleAmbiguous(ctx, job, in, p, req, &attemptRecord{
-			number: in.attemptCount, writeAhead: true, finished: time.Now(), outcome: providers.OutcomeAmbiguous,
-			errText: "no outcome recorded: the dispatcher stopped during the call",
-		}, "the dispatcher stopped during the call")
-	}
-	if in.attemptCount >= d.config.maxAttemptsFor(in.kind) {
-		return d.settle(ctx, job, in, settlement{
-			fromState: in.state, state: intenttype.StateFailed, attemptCount: in.attemptCount,
-			lastError: fmt.Sprintf("gave up after %d attempts", in.attemptCount), reason: "attempts exhausted",
-		})
-	}
-
-	if caps.IdempotencyKeys {
-		window := caps.KeyWindow - min(d.config.KeyWindowMargin, caps.KeyWindow/2)
-		mayHaveActed := (in.attemptCount > 0 || job.Attempt > 1) && !in.resendRequested
-		if age := d.config.Now().Sub(in.createdAt); mayHaveActed && age >= window {
-			// The provider may have forgotten the key: a repeat could act
-			// a second time.
-			return d.settleAmbiguous(ctx, job, in, p, req, nil,
-				fmt.Sprintf("the provider's key window (%s) has passed since the intent was recorded %s ago", caps.KeyWindow, age.Round(time.Second)))
+	if row.State == intenttype.StateDispatching {
+		// An attempt holds the intent and never settled: its dispatcher
+		// stopped during the call, or the settlement was lost. The provider
+		// may have acted.
+		if caps.IdempotencyKeys && d.withinKeyWindow(caps, row.KeyFirstUsedAt, now) {
+			return st.attempt(ctx, now) // the same key: the provider answers a repeat with the first result
 		}
-		started := time.Now()
-		res, callErr := d.call(ctx, p, req)
-		return d.finishAttempt(ctx, job, in, p, req, &attemptRecord{number: in.attemptCount + 1, started: started}, res, callErr)
+		why := fmt.Sprintf("attempt %d has no outcome: its dispatcher stopped during the call, or its outcome was lost", row.ClaimedAttempt)
+		if caps.IdempotencyKeys {
+			why += fmt.Sprintf(", and the provider's key window (%s) has passed since the key was first used", caps.KeyWindow)
+		}
+		return st.settle(ctx, st.ambiguous(ctx, intenttype.StateDispatching, row.ClaimedAttempt, &intentstore.AttemptOutcome{
+			Finished: now, Outcome: string(providers.OutcomeAmbiguous), Error: "no outcome recorded: " + why,
+		}, why, false))
 	}
 
-	// No key: commit the attempt as started before calling.
-	// One statement, so one implicit transaction and one round trip.
-	var number int
-	err = d.pool.QueryRow(ctx, claimForWriteAheadSQL, in.id, time.Now()).Scan(&number)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // moved on meanwhile (an operator cancelled it)
+	if limit := d.config.maxAttemptsFor(row.Kind); row.AttemptsUsed() >= limit {
+		if row.MayHaveActed {
+			return st.settle(ctx, st.ambiguous(ctx, intenttype.StatePending, 0, nil,
+				fmt.Sprintf("%d attempts used, and an earlier one may have reached the provider", row.AttemptsUsed()), false))
+		}
+		return st.settle(ctx, decision{Settlement: intentstore.Settlement{
+			Row: row, From: intenttype.StatePending, To: intenttype.StateFailed,
+			LastError: fmt.Sprintf("gave up after %d attempts", row.AttemptsUsed()), Reason: "attempts exhausted", JobID: jobID,
+		}})
+	}
+	if caps.IdempotencyKeys && row.MayHaveActed && !d.withinKeyWindow(caps, row.KeyFirstUsedAt, now) {
+		// The provider may have forgotten the key: a repeat could act a
+		// second time (DESIGN.md, invariant 8).
+		return st.settle(ctx, st.ambiguous(ctx, intenttype.StatePending, 0, nil,
+			fmt.Sprintf("the provider's key window (%s) has passed since the key was first used %s ago, after an attempt that may have reached it",
+				caps.KeyWindow, now.Sub(row.KeyFirstUsedAt).Round(time.Second)), true))
+	}
+	return st.attempt(ctx, now)
+}
+
+// withinKeyWindow reports whether a key first used at firstUsed (zero: not
+// yet) is still remembered by the provider, less Config.KeyWindowMargin.
+func (d *Dispatcher) withinKeyWindow(caps providers.Capabilities, firstUsed, now time.Time) bool {
+	if firstUsed.IsZero() {
+		return true
+	}
+	window := caps.KeyWindow - min(d.config.KeyWindowMargin, caps.KeyWindow/2)
+	return now.Sub(firstUsed) < window
+}
+
+// step is one worker's handling of one intent.
+type step struct {
+	d     *Dispatcher
+	jobID int64
+	row   intentstore.Row
+	p     providers.Provider
+	// started is when the claimed attempt's call began.
+	started time.Time
+}
+
+func (s *step) request() providers.Request {
+	return providers.Request{
+		IntentID: s.row.ID, Namespace: s.row.Namespace, IdempotencyKey: s.row.ProviderKey,
+		KeyFirstUsedAt: s.row.KeyFirstUsedAt, Kind: s.row.Kind, Payload: s.row.Payload, Attempt: s.row.AttemptCount,
+	}
+}
+
+// attempt claims the intent, calls the provider and settles the outcome.
+func (s *step) attempt(ctx context.Context, now time.Time) error {
+	d := s.d
+	claim, err := d.store.Claim(ctx, intentstore.ClaimParams{
+		Row:         s.row,
+		ProviderKey: intenttype.ProviderKey(d.namespace, s.row.KeyGeneration, s.row.Key, s.p.Capabilities().MaxKeyLength),
+		Namespace:   d.namespace,
+		Now:         now,
+	})
+	if errors.Is(err, intentstore.ErrClaimLost) {
+		return river.JobSnooze(claimLostSnooze)
 	}
 	if err != nil {
-		return fmt.Errorf("dispatcher: write-ahead: %w", err)
+		return err
 	}
-	in.state = intenttype.StateDispatching
-	in.attemptCount = number
-	req.Attempt = number
-	started := time.Now()
-	res, callErr := d.call(ctx, p, req)
-	return d.finishAttempt(ctx, job, in, p, req, &attemptRecord{number: number, writeAhead: true, started: started}, res, callErr)
+	tookOver := s.row.State == intenttype.StateDispatching
+	s.row.State, s.row.ClaimedAttempt, s.row.AttemptCount = intenttype.StateDispatching, claim.Attempt, claim.Attempt
+	s.row.ProviderKey, s.row.Namespace, s.row.KeyFirstUsedAt = claim.ProviderKey, claim.Namespace, claim.KeyFirstUsedAt
+	s.row.MayHaveActed = s.row.MayHaveActed || tookOver
+	s.started = time.Now()
+	res, callErr := d.call(ctx, s.p, s.request())
+	return s.settle(ctx, s.classify(ctx, res, callErr))
 }
 
 func (d *Dispatcher) call(ctx context.Context, p providers.Provider, req providers.Request) (providers.Result, error) {
@@ -142,147 +150,109 @@ func (d *Dispatcher) call(ctx context.Context, p providers.Provider, req provide
 	return p.Perform(callCtx, req)
 }
 
-// finishAttempt classifies a call's result and settles the intent.
-func (d *Dispatcher) finishAttempt(ctx context.Context, job *river.Job[intenttype.DispatchArgs], in intentRow, p providers.Provider, req providers.Request, att *attemptRecord, res providers.Result, callErr error) error {
-	att.finished = time.Now()
-	att.httpStatus, att.ref, att.replayed = res.HTTPStatus, res.ProviderRef, res.Replayed
+// classify turns a call's result into a settlement of the claimed attempt.
+func (s *step) classify(ctx context.Context, res providers.Result, callErr error) decision {
+	out := &intentstore.AttemptOutcome{Finished: time.Now(), HTTPStatus: res.HTTPStatus, ProviderRef: res.ProviderRef, Replayed: res.Replayed}
+	attempt := s.row.ClaimedAttempt
 	if callErr == nil {
-		att.outcome = providers.OutcomeSucceeded
-		return d.settle(ctx, job, in, settlement{
-			fromState: in.state, state: intenttype.StateSucceeded, attemptCount: att.number,
-			providerRef: res.ProviderRef, attempt: att, reason: replayedReason(res.Replayed),
-		})
+		out.Outcome = string(providers.OutcomeSucceeded)
+		return decision{Settlement: intentstore.Settlement{
+			Row: s.row, From: intenttype.StateDispatching, Attempt: attempt, Outcome: out, To: intenttype.StateSucceeded,
+			MayHaveActed: true, ProviderRef: res.ProviderRef, Reason: replayedReason(res.Replayed), JobID: s.jobID,
+		}}
 	}
-	classified := providers.Classify(callErr)
-	att.outcome, att.errText = classified.Outcome, classified.Error()
-	if classified.HTTPStatus != 0 {
-		att.httpStatus = classified.HTTPStatus
+	ae := providers.Classify(callErr)
+	out.Outcome, out.Error = string(ae.Outcome), ae.Error()
+	if ae.HTTPStatus != 0 {
+		out.HTTPStatus = ae.HTTPStatus
 	}
-	s := settlement{fromState: in.state, attemptCount: att.number, lastError: classified.Error(), attempt: att}
-	switch classified.Outcome {
-	case providers.OutcomeFailed:
-		s.state, s.reason = intenttype.StateFailed, "provider refused: "+classified.Error()
-	case providers.OutcomeRetry:
-		if limit := d.config.maxAttemptsFor(in.kind); att.number >= limit {
-			s.state, s.reason = intenttype.StateFailed, "attempts exhausted"
-			s.lastError = fmt.Sprintf("gave up after %d attempts; last: %s", att.number, classified.Error())
-		} else {
-			s.state, s.retryAfter = intenttype.StatePending, classified.RetryAfter
-		}
-	default:
-		in.attemptCount = att.number
-		return d.settleAmbiguous(ctx, job, in, p, req, att, classified.Error())
-	}
-	return d.settle(ctx, job, in, s)
-}
-
-// settleAmbiguous reconciles an attempt whose outcome is unknown. Found at
-// the provider: succeeded. Otherwise in_doubt, for an operator: the effect
-// is never repeated blindly.
-func (d *Dispatcher) settleAmbiguous(ctx context.Context, job *river.Job[intenttype.DispatchArgs], in intentRow, p providers.Provider, req providers.Request, att *attemptRecord, why string) error {
-	s := settlement{fromState: in.state, attemptCount: in.attemptCount, attempt: att}
-	ref, found, note := d.reconcile(ctx, p, req)
-	if found {
-		s.state, s.providerRef = intenttype.StateSucceeded, ref
-		s.reason = "reconciled: the provider has it (" + why + ")"
-	} else {
-		s.state, s.lastError = intenttype.StateInDoubt, "ambiguous: "+why+"; "+note
-		s.reason = s.lastError
-	}
-	return d.settle(ctx, job, in, s)
-}
-
-func (d *Dispatcher) reconcile(ctx context.Context, p providers.Provider, req providers.Request) (ref string, found bool, note string) {
-	if !p.Capabilities().CanReconcile {
-		return "", false, "the provider cannot be asked"
-	}
-	callCtx, cancel := context.WithTimeout(ctx, d.config.CallTimeout)
-	defer cancel()
-	res, found, err := p.Reconcile(callCtx, req)
+	earlier := s.row.MayHaveActed // an earlier attempt may have reached the provider
+	mayHaveActed := earlier || ae.MayHaveActed()
+	limit := s.d.config.maxAttemptsFor(s.row.Kind)
 	switch {
-	case err != nil:
-		return "", false, "reconcile failed: " + err.Error()
-	case !found:
-		return "", false, "the provider has no record of it"
+	case ae.Outcome == providers.OutcomeFailed && !earlier:
+		return decision{Settlement: intentstore.Settlement{
+			Row: s.row, From: intenttype.StateDispatching, Attempt: attempt, Outcome: out, To: intenttype.StateFailed,
+			MayHaveActed: ae.MayHaveActed(), LastError: ae.Error(), Reason: "provider refused: " + ae.Error(), JobID: s.jobID,
+		}}
+	case ae.Outcome == providers.OutcomeFailed:
+		// A refusal now does not undo what an earlier attempt may have done
+		// (a rolled key answers 401 to the retry of a charge that went
+		// through): only the provider's own records can tell.
+		return s.ambiguous(ctx, intenttype.StateDispatching, attempt, out, "refused ("+ae.Error()+") after an earlier attempt that may have reached the provider", ae.HTTPStatus != 0)
+	case ae.Outcome == providers.OutcomeRetry && s.row.AttemptCount-s.row.BudgetFrom < limit:
+		return decision{Settlement: intentstore.Settlement{
+			Row: s.row, From: intenttype.StateDispatching, Attempt: attempt, Outcome: out, To: intenttype.StatePending,
+			MayHaveActed: mayHaveActed, LastError: ae.Error(), JobID: s.jobID,
+		}, retryAfter: ae.RetryAfter}
+	case ae.Outcome == providers.OutcomeRetry && !mayHaveActed:
+		return decision{Settlement: intentstore.Settlement{
+			Row: s.row, From: intenttype.StateDispatching, Attempt: attempt, Outcome: out, To: intenttype.StateFailed,
+			LastError: fmt.Sprintf("gave up after %d attempts; last: %s", s.row.AttemptCount-s.row.BudgetFrom, ae.Error()),
+			Reason: "attempts exhausted", JobID: s.jobID,
+		}}
+	case ae.Outcome == providers.OutcomeRetry:
+		return s.ambiguous(ctx, intenttype.StateDispatching, attempt, out,
+			fmt.Sprintf("%d attempts used (last: %s), and one may have reached the provider", s.row.AttemptCount-s.row.BudgetFrom, ae.Error()), false)
 	}
-	return res.ProviderRef, true, ""
+	return s.ambiguous(ctx, intenttype.StateDispatching, attempt, out, ae.Error(), ae.HTTPStatus != 0)
 }
 
-// settle writes a settlement: the attempt, the intent's new state, an event
-// when the state changes, and, unless another attempt is due, the job's
-// completion, all in one transaction. Returning an error after a retry
-// settlement lets River schedule the next attempt.
-//
-// The statements go in one pgx.Batch: one round trip, run by Postgres as
-// one implicit transaction (everything up to the batch's Sync), so they
-// commit together or not at all. The update locks the intent's row and
-// applies only while the intent is still in s.fromState; if an operator is
-// moving it at that moment, the update waits for them and then finds the
-// state changed, and the intent is left as they put it (the attempt is
-// still recorded, for the audit). The later statements, each with a fresh
-// snapshot, read the state as the update left it: the job is completed
-// (completeJobSQL, as River's JobCompleteTx would complete it) unless the
-// intent is pending again.
-func (d *Dispatcher) settle(ctx context.Context, job *river.Job[intenttype.DispatchArgs], in intentRow, s settlement) error {
-	// The outcome must be recorded even if shutdown cancelled the work.
-	ctx = context.WithoutCancel(ctx)
-	var (
-		current intenttype.State
-		updated int
-	)
-	b := &pgx.Batch{}
-	recordEvent := s.state != s.fromState && s.state != intenttype.StatePending
-	b.Queue(updateIntentOutcomeSQL, in.id, s.state, s.attemptCount, nullString(s.providerRef), nullString(s.lastError), s.fromState, recordEvent, s.reason).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&updated) })
-	if a := s.attempt; a != nil {
-		if a.writeAhead {
-			b.Queue(closeOpenAttemptSQL, in.id, a.number, a.finished, a.outcome, nullInt(a.httpStatus), nullString(a.ref), a.replayed, nullString(a.errText))
-		} else {
-			b.Queue(insertFinishedAttemptSQL, in.id, a.number, a.started, a.finished, a.outcome, nullInt(a.httpStatus), nullString(a.ref), a.replayed, nullString(a.errText))
-		}
-	}
-	b.Queue(completeJobSQL, job.ID, in.id)
-	b.Queue(intentStateSQL, in.id).QueryRow(func(row pgx.Row) error { return row.Scan(&current) })
-	err := d.pool.SendBatch(ctx, b).Close()
+// decision is a settlement with the delay the provider asked for before the
+// next attempt.
+type decision struct {
+	intentstore.Settlement
+	retryAfter time.Duration
+}
+
+// ambiguous decides an intent whose effect may have happened, from the
+// state it is in (from) with the attempt's outcome if there was one: it asks
+// the provider and settles by what the provider proves. answered says the
+// provider finished with the request (it sent a response), so no attempt
+// can still be in progress there and a proven absence may be acted on now.
+func (s *step) ambiguous(ctx context.Context, from intenttype.State, attempt int, out *intentstore.AttemptOutcome, why string, answered bool) decision {
+	st := intentstore.Settlement{Row: s.row, From: from, Attempt: attempt, Outcome: out, MayHaveActed: true, JobID: s.jobID}
+	v := s.d.reconcile(ctx, s.p, s.request(), answered)
+	s.d.apply(&st, v, why)
+	return decision{Settlement: st}
+}
+
+// settle records a decision and tells River what comes next: nothing when
+// the intent needs no more work, a retry (after the provider's Retry-After,
+// if any) when it is pending again.
+func (s *step) settle(ctx context.Context, dec decision) error {
+	d := s.d
+	res, err := d.store.Settle(ctx, dec.Settlement)
 	if err != nil {
-		return fmt.Errorf("dispatcher: record outcome of intent %d: %w", in.id, err)
+		return err
 	}
-	// settled: the state changed as s says, for the Observer.
-	settled := updated == 1 && s.state != s.fromState
-	if updated == 0 {
-		d.config.Logger.WarnContext(ctx, "intent changed state during an attempt", "intent_id", in.id, "state", current)
-		s.state = current
+	if !res.Applied {
+		d.config.Logger.WarnContext(ctx, "intent changed during the attempt; its outcome is recorded, the state left as it is",
+			"intent_id", s.row.ID, "attempt", dec.Attempt, "state", res.State)
 	}
-	d.logSettlement(ctx, job, in.id, s)
-	d.observe(in.kind, in.createdAt, s, settled)
-	if s.state != intenttype.StatePending {
+	d.logSettlement(ctx, s, dec, res)
+	d.observe(s.row.Kind, s.row.CreatedAt, s.started, dec.Settlement, res.Applied)
+	if res.State != intenttype.StatePending || !res.Applied {
 		return nil
 	}
-	if s.retryAfter > 0 {
-		return river.JobSnooze(s.retryAfter)
+	if dec.retryAfter > 0 {
+		return river.JobSnooze(dec.retryAfter)
 	}
-	return fmt.Errorf("attempt %d will be retried: %s", s.attemptCount, s.lastError)
+	return fmt.Errorf("intent %d will be attempted again: %s", s.row.ID, dec.LastError)
 }
 
-func (d *Dispatcher) logSettlement(ctx context.Context, job *river.Job[intenttype.DispatchArgs], intentID int64, s settlement) {
-	attrs := []any{"intent_id", intentID, "state", s.state, "attempt", s.attemptCount, "job_attempt", job.Attempt}
-	if a := s.attempt; a != nil {
-		attrs = append(attrs, "outcome", a.outcome, "http_status", a.httpStatus, "replayed", a.replayed)
-		if !a.started.IsZero() {
-			// An attempt found open after a crash has no known start.
-			attrs = append(attrs, "duration", a.finished.Sub(a.started).Round(time.Millisecond))
+func (d *Dispatcher) logSettlement(ctx context.Context, s *step, dec decision, res intentstore.Settled) {
+	attrs := []any{"intent_id", s.row.ID, "state", res.State, "attempt", dec.Attempt}
+	if o := dec.Outcome; o != nil {
+		attrs = append(attrs, "outcome", o.Outcome, "http_status", o.HTTPStatus, "replayed", o.Replayed)
+		if !s.started.IsZero() {
+			attrs = append(attrs, "duration", o.Finished.Sub(s.started).Round(time.Millisecond))
 		}
 	}
-	if s.lastError != "" {
-		attrs = append(attrs, "error", s.lastError)
+	if dec.LastError != "" {
+		attrs = append(attrs, "error", dec.LastError)
 	}
 	d.config.Logger.InfoContext(ctx, "intent attempt settled", attrs...)
-}
-
-func (d *Dispatcher) loadIntent(ctx context.Context, id int64) (intentRow, error) {
-	var in intentRow
-	err := d.pool.QueryRow(ctx, loadIntentSQL, id).Scan(&in.id, &in.key, &in.kind, &in.provider, &in.payload, &in.state, &in.attemptCount, &in.createdAt, &in.resendRequested)
-	return in, err
 }
 
 func replayedReason(replayed bool) string {
@@ -290,18 +260,4 @@ func replayedReason(replayed bool) string {
 		return "provider replayed the first response for the key"
 	}
 	return ""
-}
-
-func nullString(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func nullInt(n int) *int {
-	if n == 0 {
-		return nil
-	}
-	return &n
 }

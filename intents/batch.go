@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/sethvargo/go-retry"
+
+	"github.com/outboxkit/outbox/internal/intentstore"
 )
 
 // BatchHandler handles one new message of a batch given to ConsumeBatch. It
@@ -87,7 +89,7 @@ func (c *Client) ConsumeBatch(ctx context.Context, msgs []Message, handler Batch
 			return true, nil
 		})
 		if err != nil {
-			if isTransient(ctx, err) {
+			if intentstore.IsTransient(ctx, err) {
 				c.config.Logger.WarnContext(ctx, "transient database error; retrying batch",
 					"messages", len(msgs), "attempt", attempt, "error", err)
 				return retry.RetryableError(err)
@@ -176,18 +178,13 @@ func (c *Client) runBatch(ctx context.Context, tx pgx.Tx, msgs []Message, handle
 		consumers = append(consumers, m.Consumer)
 		ids = append(ids, m.ID)
 	}
-	rows, err := tx.Query(ctx, insertProcessedMarkersSQL, consumers, ids)
+	fresh, err := intentstore.InsertMarkers(ctx, tx, consumers, ids)
 	if err != nil {
-		return batchPlan{}, fmt.Errorf("intents: insert processed markers: %w", err)
+		return batchPlan{}, fmt.Errorf("intents: %w", err)
 	}
 	plan := batchPlan{isNew: make([]bool, len(msgs)), first: make([]int, len(msgs)), n: make([]int, len(msgs))}
-	var k key
-	_, err = pgx.ForEachRow(rows, []any{&k.consumer, &k.id}, func() error {
-		plan.isNew[firstAt[k]] = true
-		return nil
-	})
-	if err != nil {
-		return batchPlan{}, fmt.Errorf("intents: insert processed markers: %w", err)
+	for k, i := range firstAt {
+		plan.isNew[i] = fresh[k.consumer+"\x00"+k.id]
 	}
 	for i, m := range msgs {
 		if !plan.isNew[i] {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/internal/intentstore"
+
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -101,9 +103,8 @@ func (c *Config) withDefaults() (*Config, error) {
 type Client struct {
 	pool   *pgxpool.Pool
 	config *Config
-	// job is what every dispatch job row shares; see insertIntentsSQL.
-	job    dispatchJob
-	notify *notifyLimiter
+	// store writes the rows: markers, intents, events, dispatch jobs.
+	store *intentstore.Store
 }
 
 // NewClient returns a Client that records intents in the database behind
@@ -116,9 +117,9 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	job, err := newDispatchJob()
+	store, err := intentstore.New(pool, &intentstore.Config{NotifyCooldown: cfg.NotifyCooldown})
 	if err != nil {
 		return nil, err
 	}
-	return &Client{pool: pool, config: cfg, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: time.Now}}, nil
+	return &Client{pool: pool, config: cfg, store: store}, nil
 }

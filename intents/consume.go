@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sethvargo/go-retry"
+
+	"github.com/outboxkit/outbox/internal/intentstore"
 )
 
 // Message identifies one delivery to one consumer.
@@ -87,7 +89,7 @@ func (c *Client) Consume(ctx context.Context, msg Message, handler Handler) (Res
 		attempt++
 		res, err := c.consumeOnce(ctx, msg, handler)
 		if err != nil {
-			if isTransient(ctx, err) {
+			if intentstore.IsTransient(ctx, err) {
 				c.config.Logger.WarnContext(ctx, "transient database error; retrying message",
 					"consumer", msg.Consumer, "message_id", msg.ID, "attempt", attempt, "error", err)
 				return retry.RetryableError(err)
@@ -160,11 +162,11 @@ func (c *Client) inTx(ctx context.Context, marker *Message, fn func(tx pgx.Tx, b
 		return fmt.Errorf("intents: begin: %w", err)
 	}
 	if marker != nil {
-		tag, err := tx.Exec(ctx, insertProcessedMarkerSQL, marker.Consumer, marker.ID)
+		isNew, err := intentstore.InsertMarker(ctx, tx, marker.Consumer, marker.ID)
 		if err != nil {
-			return fmt.Errorf("intents: insert processed marker: %w", err)
+			return fmt.Errorf("intents: %w", err)
 		}
-		if tag.RowsAffected() == 0 {
+		if !isNew {
 			// Another transaction holds or held the marker; a concurrent
 			// one was waited for until it committed.
 			return errDuplicateMarker
@@ -225,11 +227,11 @@ func (c *Client) consumeTx(ctx context.Context, tx pgx.Tx, msg Message, handler 
 // handler and returns the intents it recorded, validated and keyed, for the
 // caller to store.
 func (c *Client) runConsumer(ctx context.Context, tx pgx.Tx, msg Message, handler Handler) (duplicate bool, prepared []preparedIntent, err error) {
-	tag, err := tx.Exec(ctx, insertProcessedMarkerSQL, msg.Consumer, msg.ID)
+	isNew, err := intentstore.InsertMarker(ctx, tx, msg.Consumer, msg.ID)
 	if err != nil {
-		return false, nil, fmt.Errorf("intents: insert processed marker: %w", err)
+		return false, nil, fmt.Errorf("intents: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !isNew {
 		return true, nil, nil
 	}
 	prepared, err = c.handle(ctx, tx, msg, handler)

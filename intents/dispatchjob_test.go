@@ -10,7 +10,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxkit/outbox/intents"
-	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 )
 
@@ -61,7 +61,7 @@ func TestDispatchJobsMatchRiver(t *testing.T) {
 	}
 	params := make([]river.InsertManyParams, len(ids))
 	for i, id := range ids {
-		params[i] = river.InsertManyParams{Args: intenttype.DispatchArgs{IntentID: id}}
+		params[i] = river.InsertManyParams{Args: intentstore.DispatchArgs{IntentID: id}}
 	}
 	inserted, err := rc.InsertMany(ctx, params)
 	if err != nil {
@@ -76,7 +76,7 @@ func TestDispatchJobsMatchRiver(t *testing.T) {
 	// A job River writes itself, for an intent id with no job, has every
 	// column ours has.
 	other := ids[len(ids)-1] + 1
-	if _, err := rc.Insert(ctx, intenttype.DispatchArgs{IntentID: other}, nil); err != nil {
+	if _, err := rc.Insert(ctx, intentstore.DispatchArgs{IntentID: other}, nil); err != nil {
 		t.Fatal(err)
 	}
 	const columns = `kind, queue, priority, max_attempts, state, attempt, metadata::text, tags::text, unique_states::text,

@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -173,13 +173,12 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, intents ...Intent) ([]
 	return c.insert(ctx, tx, nil, prepared, "recorder")
 }
 
-// deriveKeys gives each intent of a message its key, as the package
-// documentation describes.
+// deriveKeys gives each intent of a message its key
+// (intenttype.MessageKey), as the package documentation describes.
 func deriveKeys(msg Message, prepared []preparedIntent) error {
-	base := msg.Consumer + ":" + msg.ID
 	if len(prepared) == 1 {
-		prepared[0].key = base
-		return checkKey(prepared[0])
+		prepared[0].key = intenttype.MessageKey(msg.Consumer, msg.ID, "")
+		return nil
 	}
 	seen := make(map[string]bool, len(prepared))
 	for i := range prepared {
@@ -191,57 +190,44 @@ func deriveKeys(msg Message, prepared []preparedIntent) error {
 			return &IntentError{Index: p.index, Kind: p.kind, Name: p.name, Err: errors.New("name is used by another intent of this message")}
 		}
 		seen[p.name] = true
-		p.key = base + ":" + p.name
-		if err := checkKey(*p); err != nil {
-			return err
-		}
+		p.key = intenttype.MessageKey(msg.Consumer, msg.ID, p.name)
 	}
 	return nil
 }
 
+// checkKey checks an explicit key (RecordTx). The key the provider is sent
+// is derived from it at dispatch and fitted to the provider's limit
+// (intenttype.ProviderKey), so only the outbox's own limit applies here.
 func checkKey(p preparedIntent) error {
-	limit := 255 // the column's limit
-	if m := p.provider.Capabilities().MaxKeyLength; m > 0 && m < limit {
-		limit = m
-	}
-	if len(p.key) > limit || !printable(p.key) || p.key == "" {
+	if len(p.key) > intenttype.MaxKeyLength || !printable(p.key) || p.key == "" {
 		return &IntentError{Index: p.index, Kind: p.kind, Name: p.name,
-			Err: fmt.Errorf("idempotency key must be 1 to %d printable characters for provider %s, got %d bytes", limit, p.provider.Name(), len(p.key))}
+			Err: fmt.Errorf("idempotency key must be 1 to %d printable characters, got %d bytes", intenttype.MaxKeyLength, len(p.key))}
 	}
 	return nil
 }
 
-// pendingInsert gathers the intents one insertIntentsSQL statement stores,
-// possibly from several messages.
+// pendingInsert gathers the intents one statement stores, possibly from
+// several messages.
 type pendingInsert struct {
-	keys, kinds, providerNames, names, payloads, actors []string
-	refs, consumers, messageIDs                         []*string
-	// ids are the stored intents' ids, in order, once the batch has run.
-	ids []int64
+	batch intentstore.InsertBatch
+	// recs describe the intents, their ids filled from batch.IDs once the
+	// batch has run.
+	recs []Recorded
 }
 
-func (pi *pendingInsert) len() int { return len(pi.keys) }
+func (pi *pendingInsert) len() int { return len(pi.recs) }
 
 // add appends the prepared intents of one message (nil outside a consumer).
 func (pi *pendingInsert) add(msg *Message, prepared []preparedIntent, actor string) {
 	for i := range prepared {
 		p := &prepared[i]
-		pi.keys = append(pi.keys, p.key)
-		pi.kinds = append(pi.kinds, p.kind)
-		pi.providerNames = append(pi.providerNames, p.provider.Name())
-		pi.names = append(pi.names, p.name)
-		pi.payloads = append(pi.payloads, string(p.payload))
-		pi.actors = append(pi.actors, actor)
-		var ref, consumer, messageID *string
-		if p.reference != "" {
-			ref = &p.reference
-		}
+		in := intentstore.NewIntent{Key: p.key, Kind: p.kind, Provider: p.provider.Name(), Name: p.name,
+			Payload: p.payload, Reference: p.reference, Actor: actor}
 		if msg != nil {
-			consumer, messageID = &msg.Consumer, &msg.ID
+			in.Consumer, in.MessageID = msg.Consumer, msg.ID
 		}
-		pi.refs = append(pi.refs, ref)
-		pi.consumers = append(pi.consumers, consumer)
-		pi.messageIDs = append(pi.messageIDs, messageID)
+		pi.batch.Add(in)
+		pi.recs = append(pi.recs, Recorded{Key: p.key, Kind: p.kind, Name: p.name})
 	}
 }
 
@@ -249,35 +235,16 @@ func (pi *pendingInsert) add(msg *Message, prepared []preparedIntent, actor stri
 func (pi *pendingInsert) recorded(from, n int) []Recorded {
 	out := make([]Recorded, n)
 	for i := range out {
-		j := from + i
-		out[i] = Recorded{ID: pi.ids[j], Key: pi.keys[j], Kind: pi.kinds[j], Name: pi.names[j]}
+		out[i] = pi.recs[from+i]
+		out[i].ID = pi.batch.IDs[from+i]
 	}
 	return out
 }
 
 // queueInsert adds to b the statement that stores pi's intents, their
-// events and their dispatch jobs, and a notification to wake dispatchers
-// when one is due. Sent with the transaction's COMMIT in one batch, the
-// whole write costs one round trip.
+// events and their dispatch jobs (intentstore.Store.QueueInsert).
 func (c *Client) queueInsert(b *pgx.Batch, pi *pendingInsert) {
-	collect := func(rows pgx.Rows) error {
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err == nil && len(ids) != pi.len() {
-			err = fmt.Errorf("stored %d intents of %d", len(ids), pi.len())
-		}
-		pi.ids = ids
-		return err
-	}
-	if pi.len() == 1 {
-		b.Queue(insertIntentSQL, pi.keys[0], pi.kinds[0], pi.providerNames[0], pi.names[0], pi.payloads[0], pi.refs[0], pi.consumers[0], pi.messageIDs[0], pi.actors[0],
-			c.job.kind, c.job.queue, c.job.priority, c.job.maxAttempts, c.job.uniqueStates).Query(collect)
-	} else {
-		b.Queue(insertIntentsSQL, pi.keys, pi.kinds, pi.providerNames, pi.names, pi.payloads, pi.refs, pi.consumers, pi.messageIDs, pi.actors,
-			c.job.kind, c.job.queue, c.job.priority, c.job.maxAttempts, c.job.uniqueStates).Query(collect)
-	}
-	if c.notify.due() {
-		b.Queue(notifyInsertSQL, c.job.notice)
-	}
+	c.store.QueueInsert(b, &pi.batch)
 }
 
 // insert writes the intents, their "recorded" events and their dispatch jobs
@@ -285,25 +252,19 @@ func (c *Client) queueInsert(b *pgx.Batch, pi *pendingInsert) {
 func (c *Client) insert(ctx context.Context, tx pgx.Tx, msg *Message, prepared []preparedIntent, actor string) ([]Recorded, error) {
 	var pi pendingInsert
 	pi.add(msg, prepared, actor)
-	b := &pgx.Batch{}
-	c.queueInsert(b, &pi)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := c.store.InsertTx(ctx, tx, &pi.batch); err != nil {
 		return nil, mapInsertError(err)
 	}
 	return pi.recorded(0, pi.len()), nil
 }
 
 func mapInsertError(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "outbox_intents_idempotency_key_key" {
-		// Detail reads: Key (idempotency_key)=(the key) already exists.
-		key := pgErr.Detail
-		if i, j := strings.Index(key, "=("), strings.LastIndex(key, ") already exists"); i >= 0 && j > i {
-			key = key[i+2 : j]
-		}
-		return &DuplicateKeyError{Key: key}
+	err = intentstore.MapInsertError(err)
+	var dup *intentstore.DuplicateKeyError
+	if errors.As(err, &dup) {
+		return &DuplicateKeyError{Key: dup.Key}
 	}
-	return fmt.Errorf("intents: insert: %w", err)
+	return err
 }
 
 func printable(s string) bool {

@@ -1,15 +1,13 @@
 // Package intenttype holds the types shared by recording intents (package
-// intents) and running them (package dispatcher): an intent's states, its
-// row, its attempts and events, and the River job that triggers it. It
-// imports nothing of the outbox, so every package may import it.
+// intents), running them (package dispatcher) and operating them: an
+// intent's states and the transitions between them, its row, its attempts
+// and events, and the derivation of its keys. It imports only the standard
+// library, so every package may import it.
 package intenttype
 
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 )
 
 // State is where an intent is in its life. See DESIGN.md's state diagram.
@@ -18,9 +16,9 @@ type State string
 const (
 	// StatePending: recorded and waiting for (another) attempt.
 	StatePending State = "pending"
-	// StateDispatching: an attempt at a provider without an idempotency key
-	// was committed as started and has no outcome yet. Found after a crash,
-	// it means the provider may have acted.
+	// StateDispatching: an attempt was claimed (committed as started) and
+	// has no outcome yet, for every provider, keyed or not. Found after a
+	// crash, it means the provider may have acted.
 	StateDispatching State = "dispatching"
 	// StateSucceeded: the provider performed the effect. Terminal.
 	StateSucceeded State = "succeeded"
@@ -69,6 +67,22 @@ type Intent struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	// ProviderKey is the idempotency key the provider was (or will be) sent,
+	// carried in its metadata with Namespace: what to search the provider
+	// for. Empty before the first attempt under the current key generation.
+	ProviderKey string `json:"provider_key,omitempty"`
+	// Namespace is the deployment namespace ProviderKey embeds; empty for an
+	// intent attempted before namespaces existed.
+	Namespace string `json:"namespace,omitempty"`
+	// KeyGeneration counts the keys the intent has had: it moves on when the
+	// provider proved the effect absent, or an operator resent it.
+	KeyGeneration int `json:"key_generation"`
+	// MayHaveActed is true once an attempt may have reached the provider
+	// (DESIGN.md, invariant 3); it is cleared only by a proven absence.
+	MayHaveActed bool `json:"may_have_acted"`
+	// RecheckAt is when an in_doubt intent will next be looked up at its
+	// provider, if it will be.
+	RecheckAt *time.Time `json:"recheck_at,omitempty"`
 }
 
 // Attempt is one try at an intent, as stored in outbox_attempts. Outcome is
@@ -95,39 +109,4 @@ type Event struct {
 	FromState State     `json:"from_state,omitempty"`
 	ToState   State     `json:"to_state"`
 	Reason    string    `json:"reason,omitempty"`
-}
-
-// DispatchQueue is the River queue dispatch jobs run on.
-const DispatchQueue = "outbox"
-
-// DispatchMaxAttempts is River's attempt limit for a dispatch job. The
-// dispatcher bounds attempts per intent itself, well below this; River's
-// limit only stops a job that keeps crashing its worker, and the sweep
-// re-enqueues its intent.
-const DispatchMaxAttempts = 100
-
-// DispatchArgs is the River job that asks the dispatcher to work on one
-// intent. The intent row, not the job, is the system of record: a job whose
-// intent is already terminal completes and does nothing.
-type DispatchArgs struct {
-	IntentID int64 `json:"intent_id"`
-}
-
-// Kind is the River job kind.
-func (DispatchArgs) Kind() string { return "outbox_dispatch" }
-
-// InsertOpts makes dispatch jobs unique per intent among live jobs, so the
-// sweep can re-enqueue without ever creating a second concurrent job.
-func (DispatchArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{
-		Queue:       DispatchQueue,
-		MaxAttempts: DispatchMaxAttempts,
-		UniqueOpts: river.UniqueOpts{
-			ByArgs: true,
-			ByState: []rivertype.JobState{
-				rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
-				rivertype.JobStateRunning, rivertype.JobStateScheduled,
-			},
-		},
-	}
 }

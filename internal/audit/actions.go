@@ -4,39 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 )
 
-// ActionKind names an operator action.
-type ActionKind string
+// ActionKind names an operator action; see intentstore.ActionKind.
+type ActionKind = intentstore.ActionKind
 
-// The operator actions DESIGN.md's diagram allows.
+// The operator actions the state diagram allows.
 const (
-	// ActionResend moves an in_doubt intent back to pending and enqueues its
-	// dispatch job.
-	ActionResend ActionKind = "resend"
-	// ActionCancel moves a pending or in_doubt intent to cancelled.
-	ActionCancel ActionKind = "cancel"
+	// ActionResend moves an in_doubt intent back to pending under a new key
+	// generation, with a fresh attempt budget, and enqueues its job.
+	ActionResend = intentstore.ActionResend
+	// ActionCancel moves a pending intent that no attempt may have reached
+	// the provider for to cancelled.
+	ActionCancel = intentstore.ActionCancel
 	// ActionResolve settles an in_doubt intent as succeeded or failed.
-	ActionResolve ActionKind = "resolve"
+	ActionResolve = intentstore.ActionResolve
 )
-
-// AllowedFrom returns the states an action is allowed from, in diagram
-// order; nil for an unknown action.
-func (k ActionKind) AllowedFrom() []intenttype.State {
-	switch k {
-	case ActionResend, ActionResolve:
-		return []intenttype.State{intenttype.StateInDoubt}
-	case ActionCancel:
-		return []intenttype.State{intenttype.StatePending, intenttype.StateInDoubt}
-	}
-	return nil
-}
 
 // Action is one operator action, for Act. Resend, Cancel and Resolve are
 // shorthands for it without IfState.
@@ -105,63 +94,27 @@ func (s *Store) Act(ctx context.Context, a Action) (intenttype.Intent, error) {
 	if err != nil {
 		return intenttype.Intent{}, err
 	}
-	if a.Kind == ActionResend && s.jobsErr != nil {
-		return intenttype.Intent{}, fmt.Errorf("audit: river client: %w", s.jobsErr)
+	if s.storeErr != nil {
+		return intenttype.Intent{}, fmt.Errorf("audit: %w", s.storeErr)
 	}
-	var out intenttype.Intent
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, lockIntentSQL, a.IntentID)
-		if err != nil {
-			return err
-		}
-		current, err := pgx.CollectExactlyOneRow(rows, scanIntent)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: no intent has id %d", ErrNotFound, a.IntentID)
-		}
-		if err != nil {
-			return err
-		}
-		allowed := a.Kind.AllowedFrom()
-		if a.IfState != "" && current.State != a.IfState {
-			return &TransitionError{IntentID: a.IntentID, From: current.State, Action: string(a.Kind), Allowed: allowed, Expected: a.IfState}
-		}
-		if !slices.Contains(allowed, current.State) {
-			return &TransitionError{IntentID: a.IntentID, From: current.State, Action: string(a.Kind), Allowed: allowed}
-		}
-		var to intenttype.State
-		switch a.Kind {
-		case ActionResend:
-			to = intenttype.StatePending
-			rows, err = tx.Query(ctx, resendSQL, a.IntentID)
-		case ActionResolve:
-			to = a.As
-			rows, err = tx.Query(ctx, finishSQL, a.IntentID, to)
-		default:
-			to = intenttype.StateCancelled
-			rows, err = tx.Query(ctx, finishSQL, a.IntentID, to)
-		}
-		if err != nil {
-			return err
-		}
-		if out, err = pgx.CollectExactlyOneRow(rows, scanIntent); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, insertEventSQL, a.IntentID, actor, current.State, to, a.Reason); err != nil {
-			return err
-		}
-		if a.Kind == ActionResend {
-			// Unique among live jobs: if one is somehow still live, it
-			// does the work and no second one is made.
-			if _, err := s.jobs.InsertTx(ctx, tx, intenttype.DispatchArgs{IntentID: a.IntentID}, nil); err != nil {
-				return fmt.Errorf("enqueue dispatch job: %w", err)
-			}
-		}
-		return nil
+	err = s.store.Act(ctx, intentstore.OperatorAction{
+		Kind: a.Kind, IntentID: a.IntentID, To: a.As, Actor: actor, Reason: a.Reason, IfState: a.IfState,
 	})
 	var te *TransitionError
-	if errors.As(err, &te) || errors.Is(err, ErrNotFound) {
+	if errors.As(err, &te) {
 		return intenttype.Intent{}, err
 	}
+	if errors.Is(err, intentstore.ErrNotFound) {
+		return intenttype.Intent{}, fmt.Errorf("%w: no intent has id %d", ErrNotFound, a.IntentID)
+	}
+	if err != nil {
+		return intenttype.Intent{}, fmt.Errorf("audit: %s intent %d: %w", a.Kind, a.IntentID, err)
+	}
+	rows, err := s.pool.Query(ctx, intentByIDSQL, a.IntentID)
+	if err != nil {
+		return intenttype.Intent{}, fmt.Errorf("audit: %s intent %d: %w", a.Kind, a.IntentID, err)
+	}
+	out, err := pgx.CollectExactlyOneRow(rows, scanIntent)
 	if err != nil {
 		return intenttype.Intent{}, fmt.Errorf("audit: %s intent %d: %w", a.Kind, a.IntentID, err)
 	}

@@ -32,7 +32,7 @@ func TestLegalTransitionsWriteOneEventWithActorAndReason(t *testing.T) {
 		{"cancel pending", intenttype.StatePending, func(id int64) (intenttype.Intent, error) {
 			return b.store.Cancel(ctx, id, "alice", "order withdrawn")
 		}, intenttype.StateCancelled, "order withdrawn"},
-		{"cancel in_doubt", intenttype.StateInDoubt, func(id int64) (intenttype.Intent, error) {
+		{"cancel pending, actor prefixed, no reason", intenttype.StatePending, func(id int64) (intenttype.Intent, error) {
 			return b.store.Cancel(ctx, id, "operator:alice", "")
 		}, intenttype.StateCancelled, ""},
 		{"resolve succeeded", intenttype.StateInDoubt, func(id int64) (intenttype.Intent, error) {
@@ -61,16 +61,17 @@ func TestLegalTransitionsWriteOneEventWithActorAndReason(t *testing.T) {
 		if e.Actor != "operator:alice" || e.FromState != tc.from || e.ToState != tc.to || e.Reason != tc.reason {
 			t.Errorf("%s: event = %+v, want operator:alice %s -> %s %q", tc.name, e, tc.from, tc.to, tc.reason)
 		}
-		var resendRequested, finished bool
-		if err := b.pool.QueryRow(ctx, `SELECT resend_requested_at IS NOT NULL, finished_at IS NOT NULL FROM outbox_intents WHERE id = $1`, id).Scan(&resendRequested, &finished); err != nil {
+		var newKey, freshBudget, finished bool
+		if err := b.pool.QueryRow(ctx, `SELECT key_generation = 1 AND provider_key IS NULL AND NOT may_have_acted,
+				budget_from = attempt_count, finished_at IS NOT NULL FROM outbox_intents WHERE id = $1`, id).Scan(&newKey, &freshBudget, &finished); err != nil {
 			t.Fatal(err)
 		}
 		if tc.to == intenttype.StatePending {
-			if !resendRequested || after.LiveJobs != 1 || before.LiveJobs != 0 {
-				t.Errorf("%s: resend_requested_at set %v, live jobs %d -> %d; want it set and one new dispatch job", tc.name, resendRequested, before.LiveJobs, after.LiveJobs)
+			if !newKey || !freshBudget || after.LiveJobs != 1 || before.LiveJobs != 0 {
+				t.Errorf("%s: new key generation %v, fresh budget %v, live jobs %d -> %d; want a new key, a fresh budget and one new dispatch job", tc.name, newKey, freshBudget, before.LiveJobs, after.LiveJobs)
 			}
-		} else if resendRequested || !finished || got.FinishedAt == nil {
-			t.Errorf("%s: resend requested %v, finished %v; want a finished intent", tc.name, resendRequested, finished)
+		} else if !finished || got.FinishedAt == nil {
+			t.Errorf("%s: finished %v; want a finished intent", tc.name, finished)
 		}
 	}
 }
@@ -92,10 +93,12 @@ func TestIllegalTransitionsChangeNothing(t *testing.T) {
 		{intenttype.StatePending, audit.ActionResolve, intenttype.StateSucceeded, []intenttype.State{intenttype.StateInDoubt}},
 		{intenttype.StateFailed, audit.ActionResolve, intenttype.StateSucceeded, []intenttype.State{intenttype.StateInDoubt}},
 		{intenttype.StateSucceeded, audit.ActionResolve, intenttype.StateFailed, []intenttype.State{intenttype.StateInDoubt}},
-		{intenttype.StateFailed, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateInDoubt}},
-		{intenttype.StateSucceeded, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateInDoubt}},
-		{intenttype.StateDispatching, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateInDoubt}},
-		{intenttype.StateCancelled, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateInDoubt}},
+		{intenttype.StateFailed, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
+		{intenttype.StateSucceeded, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
+		{intenttype.StateDispatching, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
+		{intenttype.StateCancelled, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
+		// An in_doubt intent may have acted: it is resolved, never cancelled.
+		{intenttype.StateInDoubt, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
 	} {
 		name := fmt.Sprintf("%s a %s intent", tc.action, tc.from)
 		id := b.record(t, "billing", fmt.Sprintf("illegal-%d", i), "", sendgridprovider.KindEmail, emailPayload)
@@ -161,8 +164,8 @@ func TestBadActionArgumentsChangeNothing(t *testing.T) {
 		t.Errorf("Cancel of a missing intent = %v, want ErrNotFound", err)
 	}
 	// The longest reason is accepted.
-	if _, err := b.store.Cancel(ctx, id, "alice", strings.Repeat("r", audit.MaxReasonLength)); err != nil {
-		t.Errorf("Cancel with a %d-byte reason: %v", audit.MaxReasonLength, err)
+	if _, err := b.store.Resolve(ctx, id, intenttype.StateFailed, "alice", strings.Repeat("r", audit.MaxReasonLength)); err != nil {
+		t.Errorf("Resolve with a %d-byte reason: %v", audit.MaxReasonLength, err)
 	}
 }
 
@@ -191,7 +194,7 @@ func TestConcurrentCancelAndResendExactlyOneWins(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, cancelErr = b.store.Act(ctx, audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "bob", Reason: "not wanted", IfState: intenttype.StateInDoubt})
+			_, cancelErr = b.store.Act(ctx, audit.Action{Kind: audit.ActionResolve, As: intenttype.StateFailed, IntentID: id, Actor: "bob", Reason: "not at the provider", IfState: intenttype.StateInDoubt})
 		}()
 		close(start)
 		wg.Wait()
@@ -199,9 +202,9 @@ func TestConcurrentCancelAndResendExactlyOneWins(t *testing.T) {
 		var winner, loserErr = "resend", cancelErr
 		want := intenttype.StatePending
 		if resendErr != nil {
-			winner, loserErr, want = "cancel", resendErr, intenttype.StateCancelled
+			winner, loserErr, want = "resolve", resendErr, intenttype.StateFailed
 			if cancelErr != nil {
-				t.Fatalf("round %d: both failed: resend %v, cancel %v", round, resendErr, cancelErr)
+				t.Fatalf("round %d: both failed: resend %v, resolve %v", round, resendErr, cancelErr)
 			}
 		}
 		var te *audit.TransitionError

@@ -23,16 +23,12 @@ package audit
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -96,34 +92,13 @@ func inputError(field, format string, args ...any) error {
 	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...), kind: ErrInvalidInput}
 }
 
-// TransitionError is returned for an operator action DESIGN.md does not
-// allow from the intent's current state (resending a succeeded intent, say),
-// or, for an Action with IfState, when the intent is no longer in that
-// state. Nothing is changed.
-type TransitionError struct {
-	// IntentID is the intent acted on.
-	IntentID int64
-	// From is the intent's state when the action found it.
-	From intenttype.State
-	// Action is "resend", "cancel" or "resolve".
-	Action string
-	// Allowed lists the states the action is allowed from.
-	Allowed []intenttype.State
-	// Expected is the Action's IfState when that precondition failed; empty
-	// otherwise.
-	Expected intenttype.State
-}
-
-func (e *TransitionError) Error() string {
-	if e.Expected != "" {
-		return fmt.Sprintf("cannot %s intent %d: it is %s, not %s as expected (it changed meanwhile)", e.Action, e.IntentID, e.From, e.Expected)
-	}
-	allowed := make([]string, len(e.Allowed))
-	for i, s := range e.Allowed {
-		allowed[i] = string(s)
-	}
-	return fmt.Sprintf("cannot %s intent %d: it is %s, and %s is allowed only from %s", e.Action, e.IntentID, e.From, e.Action, strings.Join(allowed, " or "))
-}
+// TransitionError is returned for an operator action the state diagram
+// does not allow from the intent's current state (resending a succeeded
+// intent, say), for an intent whose attempt is in flight, for a cancel of an
+// intent that an attempt may have reached the provider for, or, for an
+// Action with IfState, when the intent is no longer in that state. Nothing
+// is changed.
+type TransitionError = intentstore.TransitionError
 
 // Filter selects intents for List. Zero fields do not filter; fields that
 // are set must all match.
@@ -190,9 +165,9 @@ type Stats struct {
 type Store struct {
 	pool     *pgxpool.Pool
 	registry *providers.Registry
-	// jobs enqueues dispatch jobs for Resend; it runs no workers.
-	jobs    *river.Client[pgx.Tx]
-	jobsErr error
+	// store carries out the operator actions.
+	store    *intentstore.Store
+	storeErr error
 }
 
 // New returns a Store on the database behind pool, which must have been
@@ -201,8 +176,8 @@ type Store struct {
 // payload replaced by {"redacted":"provider not configured"}.
 func New(pool *pgxpool.Pool, registry *providers.Registry) *Store {
 	s := &Store{pool: pool, registry: registry}
-	// An insert-only River client: its configuration is constant, so it
-	// cannot fail in practice; if it does, Resend reports it.
-	s.jobs, s.jobsErr = river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
+	// Its configuration is constant, so it cannot fail in practice; if it
+	// does, every action reports it.
+	s.store, s.storeErr = intentstore.New(pool, nil)
 	return s
 }

@@ -74,7 +74,11 @@ func (b *testBundle) recordN(t *testing.T, consumer string, n int) []int64 {
 func (b *testBundle) setState(t *testing.T, id int64, state intenttype.State) {
 	t.Helper()
 	ctx := context.Background()
+	// An in_doubt or dispatching intent's attempt may have acted; a
+	// dispatching one is held by its attempt.
 	if _, err := b.pool.Exec(ctx, `UPDATE outbox_intents SET state = $2, attempt_count = 1,
+		may_have_acted = $2 IN ('in_doubt', 'dispatching'),
+		claimed_attempt = CASE WHEN $2 = 'dispatching' THEN 1 END,
 		finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN now() END WHERE id = $1`, id, state); err != nil {
 		t.Fatal(err)
 	}

@@ -185,7 +185,8 @@ func scanIntent(row pgx.CollectableRow) (intenttype.Intent, error) {
 	var payload []byte
 	err := row.Scan(&in.ID, &in.IdempotencyKey, &in.Kind, &in.Provider, &in.Name, &in.Consumer, &in.MessageID,
 		&in.Reference, &payload, &in.State, &in.AttemptCount, &in.ProviderRef, &in.LastError,
-		&in.CreatedAt, &in.UpdatedAt, &in.FinishedAt)
+		&in.CreatedAt, &in.UpdatedAt, &in.FinishedAt, &in.ProviderKey, &in.Namespace, &in.KeyGeneration,
+		&in.MayHaveActed, &in.RecheckAt)
 	in.Payload = payload
 	return in, err
 }

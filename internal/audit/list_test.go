@@ -311,7 +311,7 @@ func TestPayloadsAreRedacted(t *testing.T) {
 		t.Errorf("redacted payment = %v, want the amount kept and the email masked", shown)
 	}
 	b.setState(t, email, intenttype.StateInDoubt)
-	acted, err := b.store.Cancel(ctx, email, "alice", "duplicate order")
+	acted, err := b.store.Resolve(ctx, email, intenttype.StateFailed, "alice", "bounced")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,8 @@ package audit
 // scanIntent reads.
 const intentColumns = `id, idempotency_key, kind, provider, name, coalesce(consumer, ''), coalesce(message_id, ''),
     coalesce(reference, ''), payload, state, attempt_count, coalesce(provider_ref, ''), coalesce(last_error, ''),
-    created_at, updated_at, finished_at`
+    created_at, updated_at, finished_at, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
+    may_have_acted, recheck_at`
 
 // listIntentsSQL is List's keyset query: a NULL parameter does not filter;
 // $9 is the id of the previous page's last intent.
@@ -36,14 +37,6 @@ SELECT ` + intentColumns + `
 FROM outbox_intents
 WHERE idempotency_key = $1`
 
-// lockIntentSQL takes the row lock an operator action holds until commit,
-// so concurrent actions (and the dispatcher's settlements) serialise.
-const lockIntentSQL = `
-SELECT ` + intentColumns + `
-FROM outbox_intents
-WHERE id = $1
-FOR UPDATE`
-
 const attemptsSQL = `
 SELECT id, intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0),
     coalesce(provider_ref, ''), replayed, coalesce(error, '')
@@ -56,26 +49,6 @@ SELECT id, intent_id, at, actor, coalesce(from_state, ''), to_state, reason
 FROM outbox_events
 WHERE intent_id = $1
 ORDER BY id`
-
-// resendSQL moves an in_doubt intent back to pending and marks the resend,
-// so the dispatcher's next attempt is made even past a key window.
-const resendSQL = `
-UPDATE outbox_intents
-SET state = 'pending', resend_requested_at = now(), updated_at = now()
-WHERE id = $1
-RETURNING ` + intentColumns
-
-// finishSQL settles an intent as an operator decided: cancelled,
-// succeeded or failed.
-const finishSQL = `
-UPDATE outbox_intents
-SET state = $2, resend_requested_at = NULL, updated_at = now(), finished_at = now()
-WHERE id = $1
-RETURNING ` + intentColumns
-
-const insertEventSQL = `
-INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
-VALUES ($1, $2, $3, $4, $5)`
 
 const countByKindStateSQL = `
 SELECT kind, state, count(*)

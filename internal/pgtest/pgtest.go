@@ -169,15 +169,8 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{building}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", err
 	}
-	// Templates of older schemas are no longer of use: drop them, best
-	// effort (one still being cloned by another run stays).
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'outbox\_test\_template\_%' AND datname <> $1`, name)
-	if err == nil {
-		stale, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-		for _, db := range stale {
-			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize())
-		}
-	}
+	// Templates of other schemas are left alone: another checkout or
+	// branch testing against the same server may be cloning them right now.
 	return name, nil
 }
 

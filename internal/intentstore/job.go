@@ -1,4 +1,4 @@
-package intents
+package intentstore
 
 import (
 	"errors"
@@ -6,14 +6,49 @@ import (
 	"sync"
 	"time"
 
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
-
-	"github.com/outboxkit/outbox/intents/intenttype"
 )
+
+// DispatchQueue is the River queue dispatch jobs run on.
+const DispatchQueue = "outbox"
+
+// DispatchMaxAttempts is River's attempt limit for a dispatch job. The
+// dispatcher bounds attempts per intent itself, in the intent's row, well
+// below this; River's limit only stops a job that keeps crashing its worker,
+// and the sweep re-enqueues its intent. River's attempt counter is never
+// evidence of anything: it restarts when a job is replaced.
+const DispatchMaxAttempts = 100
+
+// DispatchArgs is the River job that asks the dispatcher to work on one
+// intent. The intent row, not the job, is the system of record: a job whose
+// intent is already terminal completes and does nothing.
+type DispatchArgs struct {
+	IntentID int64 `json:"intent_id"`
+}
+
+// Kind is the River job kind.
+func (DispatchArgs) Kind() string { return "outbox_dispatch" }
+
+// InsertOpts makes dispatch jobs unique per intent among live jobs, so the
+// sweep can re-enqueue without ever creating a second concurrent job.
+func (DispatchArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		Queue:       DispatchQueue,
+		MaxAttempts: DispatchMaxAttempts,
+		UniqueOpts: river.UniqueOpts{
+			ByArgs: true,
+			ByState: []rivertype.JobState{
+				rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+				rivertype.JobStateRunning, rivertype.JobStateScheduled,
+			},
+		},
+	}
+}
 
 // dispatchJob is what every dispatch job's river_job row shares, derived
 // from intenttype.DispatchArgs's InsertOpts the way River derives it (River's
-// insertParamsFromConfigArgsAndOptions), so that insertIntentsSQL can write
+// insertParamsFromConfigArgsAndOptions), so that the insert statements can write
 // the job in the statement that writes its intent instead of a second round
 // trip through River's InsertManyTx. TestDispatchJobsMatchRiver proves the
 // rows equal River's, unique key included.
@@ -54,22 +89,22 @@ func riverStateBit(s rivertype.JobState) (uint, bool) {
 }
 
 func newDispatchJob() (dispatchJob, error) {
-	args := intenttype.DispatchArgs{}
+	args := DispatchArgs{}
 	opts := args.InsertOpts()
 	u := opts.UniqueOpts
 	// insertIntentsSQL computes River's key for ByArgs alone over the args
 	// {"intent_id":N}; any other unique option changes River's key.
 	if !u.ByArgs || u.ByPeriod != 0 || u.ByQueue || u.ExcludeKind || len(u.ByState) == 0 {
-		return dispatchJob{}, errors.New("intents: DispatchArgs.InsertOpts has unique options insertIntentsSQL does not reproduce")
+		return dispatchJob{}, errors.New("intentstore: DispatchArgs.InsertOpts has unique options insertIntentsSQL does not reproduce")
 	}
 	if opts.Queue == "" || opts.MaxAttempts < 1 || opts.Priority < 0 || opts.Priority > 4 || len(opts.Tags) > 0 || len(opts.Metadata) > 0 || opts.Pending || !opts.ScheduledAt.IsZero() {
-		return dispatchJob{}, errors.New("intents: DispatchArgs.InsertOpts has options insertIntentsSQL does not reproduce")
+		return dispatchJob{}, errors.New("intentstore: DispatchArgs.InsertOpts has options insertIntentsSQL does not reproduce")
 	}
 	var mask int32
 	for _, s := range u.ByState {
 		bit, ok := riverStateBit(s)
 		if !ok {
-			return dispatchJob{}, fmt.Errorf("intents: unknown River job state %q", s)
+			return dispatchJob{}, fmt.Errorf("intentstore: unknown River job state %q", s)
 		}
 		mask |= 1 << (7 - bit)
 	}

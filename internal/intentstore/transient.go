@@ -1,4 +1,4 @@
-package intents
+package intentstore
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// isTransient reports whether a failed transaction may succeed if run again:
-// serialization failures, deadlocks, a server shutting down or a backend
-// terminated by an operator, and connections lost before or during commit.
-// Rerunning after a lost commit is safe because the processed marker turns
-// the rerun into a duplicate if the commit had happened.
-func isTransient(ctx context.Context, err error) bool {
+// IsTransient reports whether a failed statement or transaction may succeed
+// if run again: serialization failures, deadlocks, a server shutting down or
+// a backend terminated by an operator, and connections lost before or during
+// commit. It says nothing of whether a lost commit happened: every write of
+// this package is safe to repeat (a consumer's rerun finds its processed
+// marker; a settle's rerun finds its claim released and changes nothing).
+func IsTransient(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}

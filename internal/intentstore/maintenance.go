@@ -1,0 +1,72 @@
+package intentstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnqueueTx inserts dispatch jobs for existing intents in tx, as River's
+// InsertManyTx would (the same rows, see TestDispatchJobsMatchRiver),
+// skipping any intent that has a live job, and wakes the dispatchers when
+// tx commits.
+func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, ids []int64) error {
+	b := &pgx.Batch{}
+	b.Queue(enqueueSQL, s.jobArgs(pgx.NamedArgs{"ids": ids}))
+	b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("intentstore: enqueue dispatch jobs: %w", err)
+	}
+	return nil
+}
+
+// Stranded returns up to limit unfinished intents (pending or dispatching),
+// untouched for longer than grace, that have no live dispatch job.
+func (s *Store) Stranded(ctx context.Context, grace time.Duration, limit int) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, strandedSQL, pgx.NamedArgs{"grace_us": grace.Microseconds(), "job_kind": s.job.kind, "limit": limit})
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// Enqueue is EnqueueTx in a transaction of its own.
+func (s *Store) Enqueue(ctx context.Context, ids []int64) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.EnqueueTx(ctx, tx, ids) })
+}
+
+// DueRechecks returns up to limit in_doubt intents whose next look-up at
+// the provider is due at now.
+func (s *Store) DueRechecks(ctx context.Context, now time.Time, limit int) ([]Row, error) {
+	rows, err := s.pool.Query(ctx, dueRechecksSQL, pgx.NamedArgs{"now": now, "limit": limit})
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanRow)
+}
+
+// PruneMarkers deletes up to limit processed markers older than olderThan
+// and returns how many it deleted.
+func (s *Store) PruneMarkers(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, pruneMarkersSQL, pgx.NamedArgs{"older_than_us": olderThan.Microseconds(), "limit": limit})
+	return tag.RowsAffected(), err
+}
+
+// PruneIntents deletes up to limit terminal intents that finished longer
+// than olderThan ago, with their attempts and events, and returns how many.
+func (s *Store) PruneIntents(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, pruneIntentsSQL, pgx.NamedArgs{"older_than_us": olderThan.Microseconds(), "limit": limit})
+	return tag.RowsAffected(), err
+}
+
+// jobArgs adds the dispatch job's constants to args.
+func (s *Store) jobArgs(args pgx.NamedArgs) pgx.NamedArgs {
+	args["job_kind"] = s.job.kind
+	args["job_queue"] = s.job.queue
+	args["job_priority"] = s.job.priority
+	args["job_max_attempts"] = s.job.maxAttempts
+	args["job_unique_states"] = s.job.uniqueStates
+	return args
+}

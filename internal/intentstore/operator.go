@@ -1,0 +1,165 @@
+package intentstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+)
+
+// ActionKind names an operator action.
+type ActionKind string
+
+// The operator actions the state diagram allows.
+const (
+	// ActionResend moves an in_doubt intent back to pending, under a new key
+	// generation and with a fresh attempt budget, and enqueues its job.
+	ActionResend ActionKind = "resend"
+	// ActionCancel moves a pending intent that no attempt may have reached
+	// the provider for to cancelled.
+	ActionCancel ActionKind = "cancel"
+	// ActionResolve settles an in_doubt intent as succeeded or failed.
+	ActionResolve ActionKind = "resolve"
+)
+
+// AllowedFrom returns the states an action is allowed from, by the state
+// diagram (intenttype.Transitions); nil for an unknown action.
+func (k ActionKind) AllowedFrom() []intenttype.State {
+	switch k {
+	case ActionResend:
+		return intenttype.OperatorFrom(intenttype.StatePending)
+	case ActionResolve:
+		return intenttype.OperatorFrom(intenttype.StateSucceeded)
+	case ActionCancel:
+		return intenttype.OperatorFrom(intenttype.StateCancelled)
+	}
+	return nil
+}
+
+// OperatorAction is one operator action, already validated by the caller
+// (package audit checks actor and reason).
+type OperatorAction struct {
+	Kind     ActionKind
+	IntentID int64
+	// To is the state Resolve settles the intent in.
+	To intenttype.State
+	// Actor is recorded in the event as given ("operator:ann").
+	Actor  string
+	Reason string
+	// IfState makes the action conditional on the intent still being in
+	// that state when its row is locked.
+	IfState intenttype.State
+}
+
+// TransitionError is returned for an operator action the state diagram does
+// not allow from the intent's current state, for an intent whose attempt is
+// in flight, for a cancel of an intent an attempt may have reached the
+// provider for, or, with IfState, for an intent no longer in that state.
+// Nothing is changed.
+type TransitionError struct {
+	// IntentID is the intent acted on.
+	IntentID int64
+	// From is the intent's state when the action found it.
+	From intenttype.State
+	// Action is "resend", "cancel" or "resolve".
+	Action string
+	// Allowed lists the states the action is allowed from.
+	Allowed []intenttype.State
+	// Expected is the action's IfState when that precondition failed.
+	Expected intenttype.State
+	// Why explains a refusal the states alone do not (an attempt that may
+	// have acted).
+	Why string
+}
+
+func (e *TransitionError) Error() string {
+	if e.Expected != "" {
+		return fmt.Sprintf("cannot %s intent %d: it is %s, not %s as expected (it changed meanwhile)", e.Action, e.IntentID, e.From, e.Expected)
+	}
+	if e.Why != "" && slices.Contains(e.Allowed, e.From) {
+		return fmt.Sprintf("cannot %s intent %d: it is %s, but %s", e.Action, e.IntentID, e.From, e.Why)
+	}
+	allowed := make([]string, len(e.Allowed))
+	for i, s := range e.Allowed {
+		allowed[i] = string(s)
+	}
+	msg := fmt.Sprintf("cannot %s intent %d: it is %s, and %s is allowed only from %s", e.Action, e.IntentID, e.From, e.Action, strings.Join(allowed, " or "))
+	if e.Why != "" {
+		msg += " (" + e.Why + ")"
+	}
+	return msg
+}
+
+// Act carries out an operator action in one transaction: it locks the
+// intent's row, checks the transition against the state diagram and the
+// guards, updates the intent, appends an event with the actor and reason,
+// and for a resend enqueues the dispatch job (not worked before the commit,
+// gone if it rolls back). It returns ErrNotFound, a *TransitionError, or a
+// database error; in every error case nothing is changed.
+//
+// An intent in flight (dispatching) is refused: the operator waits for the
+// attempt's outcome. A pending intent that an earlier attempt may have
+// reached the provider for (a keyed intent waiting for its retry) cannot be
+// cancelled: the provider may have acted, so it can only end as succeeded,
+// or in_doubt for an operator to resolve.
+func (s *Store) Act(ctx context.Context, a OperatorAction) error {
+	allowed := a.Kind.AllowedFrom()
+	if allowed == nil {
+		return fmt.Errorf("intentstore: unknown action %q", a.Kind)
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var current intenttype.State
+		var mayHaveActed bool
+		err := tx.QueryRow(ctx, lockForOperatorSQL, pgx.NamedArgs{"id": a.IntentID}).Scan(&current, &mayHaveActed)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: no intent has id %d", ErrNotFound, a.IntentID)
+		}
+		if err != nil {
+			return err
+		}
+		refuse := &TransitionError{IntentID: a.IntentID, From: current, Action: string(a.Kind), Allowed: allowed}
+		switch {
+		case a.IfState != "" && current != a.IfState:
+			refuse.Expected = a.IfState
+			return refuse
+		case !slices.Contains(allowed, current):
+			if current == intenttype.StateDispatching {
+				refuse.Why = "an attempt is in flight: wait for its outcome"
+			}
+			return refuse
+		case a.Kind == ActionCancel && mayHaveActed:
+			refuse.Why = "an earlier attempt may have reached the provider, so it cannot be cancelled as if nothing happened: it will end succeeded, or in_doubt for an operator to resolve"
+			return refuse
+		}
+		to := intenttype.StateCancelled
+		switch a.Kind {
+		case ActionResend:
+			to = intenttype.StatePending
+		case ActionResolve:
+			to = a.To
+		}
+		if !intenttype.CanTransition(current, to, intenttype.ActorOperator) {
+			return refuse
+		}
+		if a.Kind == ActionResend {
+			_, err = tx.Exec(ctx, resendSQL, pgx.NamedArgs{"id": a.IntentID})
+		} else {
+			_, err = tx.Exec(ctx, finishSQL, pgx.NamedArgs{"id": a.IntentID, "to": to})
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": a.Reason}); err != nil {
+			return err
+		}
+		if a.Kind == ActionResend {
+			return s.EnqueueTx(ctx, tx, []int64{a.IntentID})
+		}
+		return nil
+	})
+}

@@ -1,0 +1,329 @@
+package intentstore
+
+// Every statement on the outbox's tables that changes them, and on the River
+// rows they touch, in one place. Tables are created by migrations/001 to 003.
+// Parameters are named (pgx.NamedArgs).
+
+const namespaceSQL = `SELECT namespace FROM outbox_namespace`
+
+// insertMarkerSQL is the idempotent consumer. ON CONFLICT DO NOTHING makes a
+// concurrent duplicate wait on the unique index until the first transaction
+// ends, then return no row instead of failing: the transaction stays usable
+// and the caller learns it is a duplicate.
+const insertMarkerSQL = `
+INSERT INTO outbox_processed_messages (consumer, message_id)
+VALUES (@consumer, @message_id)
+ON CONFLICT (consumer, message_id) DO NOTHING`
+
+// insertMarkersSQL is insertMarkerSQL for a batch: it returns the markers it
+// inserted, so the caller learns which messages are new. Rows are inserted
+// in (consumer, message_id) order, so two batches that share messages wait
+// on each other's markers in the same order and cannot deadlock.
+const insertMarkersSQL = `
+INSERT INTO outbox_processed_messages (consumer, message_id)
+SELECT consumer, message_id
+FROM unnest(@consumers::text[], @message_ids::text[]) AS t(consumer, message_id)
+ORDER BY consumer, message_id
+ON CONFLICT (consumer, message_id) DO NOTHING
+RETURNING consumer, message_id`
+
+// insertIntentsSQL stores intents, their "recorded" events and their River
+// dispatch jobs in one statement, returning the intents' ids in input order.
+// consumer, message_id and the event's actor are per row, so one statement
+// serves a whole batch of messages.
+//
+// The river_job rows are exactly what River's InsertManyTx writes for
+// DispatchArgs (see dispatchJob and TestDispatchJobsMatchRiver): args
+// {"intent_id":N}; kind, queue, priority, max_attempts and the unique-states
+// bitmask from DispatchArgs.InsertOpts; metadata and tags empty; created_at
+// and scheduled_at the database's now(); state available; and unique_key
+// River's ByArgs key, the SHA-256 of "&kind=<kind>&args=<args with sorted
+// keys, compact>". So River's unique index sees these jobs as River's own:
+// the sweep's insert of the same intent is skipped as a duplicate while this
+// job is live. The conflict clause is River's; a fresh intent id cannot
+// conflict, it is there so that a conflict would be skipped as River skips
+// it, never fail the message.
+const insertIntentsSQL = `
+WITH input AS (
+    SELECT *
+    FROM unnest(@keys::text[], @kinds::text[], @providers::text[], @names::text[], @payloads::jsonb[],
+                @references::text[], @consumers::text[], @message_ids::text[], @actors::text[])
+        WITH ORDINALITY AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, actor, ord)
+),
+inserted AS (
+    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id)
+    SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id
+    FROM input
+    ORDER BY ord
+    RETURNING id, idempotency_key
+),
+events AS (
+    INSERT INTO outbox_events (intent_id, actor, to_state, reason)
+    SELECT inserted.id, input.actor, 'pending', 'recorded'
+    FROM inserted
+    JOIN input USING (idempotency_key)
+),
+` + insertJobsCTE + `
+SELECT inserted.id
+FROM inserted
+JOIN input USING (idempotency_key)
+ORDER BY input.ord`
+
+// insertIntentSQL is insertIntentsSQL for the common case of one intent,
+// with plain parameters instead of arrays: less work for both sides.
+const insertIntentSQL = `
+WITH inserted AS (
+    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id)
+    VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id)
+    RETURNING id
+),
+events AS (
+    INSERT INTO outbox_events (intent_id, actor, to_state, reason)
+    SELECT id, @actor, 'pending', 'recorded'
+    FROM inserted
+),
+` + insertJobsCTE + `
+SELECT id FROM inserted`
+
+// insertJobsCTE inserts a River dispatch job for every row of the CTE
+// "inserted" (column id); see insertIntentsSQL.
+const insertJobsCTE = `jobs AS (
+    INSERT INTO river_job (args, kind, queue, priority, max_attempts, state, metadata, tags, unique_key, unique_states)
+    SELECT jsonb_build_object('intent_id', id), @job_kind::text, @job_queue::text, @job_priority::smallint, @job_max_attempts::smallint,
+        'available', '{}'::jsonb, '{}'::varchar(255)[],
+        sha256(convert_to('&kind=' || @job_kind::text || '&args={"intent_id":' || id::text || '}', 'UTF8')),
+        nullif(@job_unique_states::integer, 0)::bit(8)
+    FROM inserted
+    ORDER BY id
+    ON CONFLICT (unique_key)
+        WHERE unique_key IS NOT NULL
+            AND unique_states IS NOT NULL
+            AND river_job_state_in_bitmask(unique_states, state)
+        DO NOTHING
+)`
+
+// enqueueSQL inserts dispatch jobs for existing intents that are pending or
+// dispatching (the sweep, an operator's resend, a proven absence), skipping
+// any intent that has a live job.
+const enqueueSQL = `
+WITH inserted AS (
+    SELECT id FROM outbox_intents
+    WHERE id = ANY(@ids::bigint[]) AND state IN ('pending', 'dispatching')
+),
+` + insertJobsCTE + `
+SELECT count(*) FROM inserted`
+
+// notifySQL wakes dispatchers listening for new jobs on the dispatch queue,
+// as River's own insert does: the channel is River's insert topic in the
+// current schema and the payload names the queue. Sent inside a transaction,
+// it is delivered when (and only if) it commits.
+const notifySQL = `SELECT pg_notify(current_schema() || '.river_insert', @notice)`
+
+// intentColumns is what loadSQL reads, in the order scanRow reads.
+const intentColumns = `id, idempotency_key, kind, provider, payload, state, attempt_count, budget_from,
+    may_have_acted, claimed_attempt, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
+    key_first_used_at, recheck_count, created_at`
+
+const loadSQL = `SELECT ` + intentColumns + ` FROM outbox_intents WHERE id = @id`
+
+// claimSQL is the claim every provider call happens under: one statement,
+// so one implicit transaction and one round trip, committed before the call.
+// It moves the intent from the state and attempt count the worker saw to
+// dispatching, records which attempt holds it, fixes the key the provider is
+// sent (the first claim of a key generation derives it, and starts the key's
+// window), and opens the attempt's row. Taking over an attempt found open
+// after a crash (from dispatching) closes that attempt as ambiguous and
+// makes "may have acted" durable. No row: the intent moved meanwhile.
+const claimSQL = `
+WITH claimed AS (
+    UPDATE outbox_intents
+    SET state = 'dispatching',
+        attempt_count = attempt_count + 1,
+        claimed_attempt = attempt_count + 1,
+        provider_key = coalesce(provider_key, @provider_key),
+        key_namespace = CASE WHEN provider_key IS NULL THEN @namespace ELSE key_namespace END,
+        key_first_used_at = coalesce(key_first_used_at, @now),
+        may_have_acted = may_have_acted OR @take_over,
+        updated_at = now()
+    WHERE id = @id AND state = @from::text AND attempt_count = @seen_attempts AND key_generation = @seen_generation
+    RETURNING id, attempt_count, provider_key, coalesce(key_namespace, '') AS key_namespace, key_first_used_at
+),
+closed AS (
+    UPDATE outbox_attempts
+    SET finished_at = @now, outcome = 'ambiguous', error = @take_over_error
+    WHERE @take_over AND intent_id = @id AND outcome IS NULL AND EXISTS (SELECT 1 FROM claimed)
+),
+opened AS (
+    INSERT INTO outbox_attempts (intent_id, attempt, started_at)
+    SELECT id, attempt_count, @now FROM claimed
+)
+SELECT attempt_count, provider_key, key_namespace, key_first_used_at FROM claimed`
+
+// closeAttemptSQL records the outcome of a claimed attempt. A late outcome
+// (the claim was taken over) is still recorded, for the audit.
+const closeAttemptSQL = `
+UPDATE outbox_attempts
+SET finished_at = @finished_at, outcome = @outcome, http_status = @http_status, provider_ref = @provider_ref,
+    replayed = @replayed, error = @error
+WHERE intent_id = @id AND attempt = @attempt AND outcome IS NULL`
+
+// settleSQL moves an intent as a settlement says, only while the guard
+// holds: from dispatching, only the attempt that holds the claim; from
+// pending or in_doubt, only the state, attempt count and key generation the
+// decision was made from. Late or stale settlements change nothing (0 rows).
+// "May have acted" only ever turns on, except with a new key generation
+// (absence proven), which also forgets the old key and its window. An event
+// is appended for every change of state but the routine ones (an attempt's
+// claim, and a retry back to pending under the same key).
+const settleSQL = `
+WITH updated AS (
+    UPDATE outbox_intents
+    SET state = @to::text,
+        claimed_attempt = NULL,
+        may_have_acted = (may_have_acted OR @may_have_acted) AND NOT @new_generation,
+        key_generation = key_generation + CASE WHEN @new_generation THEN 1 ELSE 0 END,
+        provider_key = CASE WHEN @new_generation THEN NULL ELSE provider_key END,
+        key_namespace = CASE WHEN @new_generation THEN NULL ELSE key_namespace END,
+        key_first_used_at = CASE WHEN @new_generation THEN NULL ELSE key_first_used_at END,
+        provider_ref = coalesce(@provider_ref, provider_ref),
+        last_error = @last_error,
+        recheck_at = @recheck_at,
+        recheck_count = @recheck_count,
+        updated_at = now(),
+        finished_at = CASE WHEN @to::text IN ('succeeded', 'failed', 'cancelled') THEN now() END
+    WHERE id = @id
+      AND state = @from::text
+      AND CASE WHEN @from::text = 'dispatching' THEN claimed_attempt = @attempt
+               ELSE attempt_count = @seen_attempts AND key_generation = @seen_generation END
+    RETURNING id
+),
+event AS (
+    INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
+    SELECT id, 'dispatcher', @from::text, @to::text, @reason
+    FROM updated
+    WHERE @to::text <> @from::text AND (@to::text <> 'pending' OR @new_generation)
+)
+SELECT count(*) FROM updated`
+
+// adoptLateSuccessSQL settles an in_doubt intent as succeeded when an
+// attempt whose claim was taken over (a rescued worker) learns late that the
+// provider performed the effect, under the same key generation: a known
+// outcome is never discarded.
+const adoptLateSuccessSQL = `
+WITH updated AS (
+    UPDATE outbox_intents
+    SET state = 'succeeded', provider_ref = coalesce(@provider_ref, provider_ref), last_error = NULL,
+        recheck_at = NULL, updated_at = now(), finished_at = now()
+    WHERE id = @id AND state = 'in_doubt' AND key_generation = @seen_generation
+    RETURNING id
+),
+event AS (
+    INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
+    SELECT id, 'dispatcher', 'in_doubt', 'succeeded', @reason FROM updated
+)
+SELECT count(*) FROM updated`
+
+// completeJobSQL completes the running dispatch job unless its intent still
+// needs it (pending or dispatching). It writes what River's JobCompleteTx
+// writes for a job without metadata updates (River's
+// JobSetStateIfRunningMany with state completed): state completed and
+// finalized_at, only while the job is running. River's completer, run after
+// the worker returns, then finds the job no longer running and leaves it.
+// Sent after the settlement in the same transaction, it commits with it.
+const completeJobSQL = `
+UPDATE river_job
+SET state = 'completed', finalized_at = now()
+WHERE id = @job_id
+  AND state = 'running'
+  AND (SELECT state FROM outbox_intents WHERE id = @id) NOT IN ('pending', 'dispatching')`
+
+// stateSQL reads an intent's state, after a settlement in the same
+// transaction.
+const stateSQL = `SELECT state FROM outbox_intents WHERE id = @id`
+
+// strandedSQL finds unfinished intents with no live dispatch job. River's
+// GIN index on river_job.args serves the containment test.
+const strandedSQL = `
+SELECT i.id
+FROM outbox_intents i
+WHERE i.state IN ('pending', 'dispatching')
+  AND i.updated_at < now() - (@grace_us::bigint * interval '1 microsecond')
+  AND NOT EXISTS (
+      SELECT 1 FROM river_job j
+      WHERE j.kind = @job_kind
+        AND j.args @> jsonb_build_object('intent_id', i.id)
+        AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+  )
+ORDER BY i.id
+LIMIT @limit`
+
+// dueRechecksSQL finds in_doubt intents whose next look-up at the provider
+// is due.
+const dueRechecksSQL = `
+SELECT ` + intentColumns + `
+FROM outbox_intents
+WHERE recheck_at <= @now AND state = 'in_doubt'
+ORDER BY recheck_at
+LIMIT @limit`
+
+// pruneMarkersSQL deletes up to @limit processed markers older than the
+// dedup window, oldest first, skipping rows another transaction holds.
+const pruneMarkersSQL = `
+WITH doomed AS (
+    SELECT consumer, message_id FROM outbox_processed_messages
+    WHERE processed_at < now() - (@older_than_us::bigint * interval '1 microsecond')
+    ORDER BY processed_at
+    LIMIT @limit
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_processed_messages p
+USING doomed d
+WHERE p.consumer = d.consumer AND p.message_id = d.message_id`
+
+// pruneIntentsSQL deletes up to @limit terminal intents that finished before
+// the audit retention, oldest first; their attempts and events go with them
+// (ON DELETE CASCADE). in_doubt and unfinished intents have no finished_at
+// and are never touched.
+const pruneIntentsSQL = `
+WITH doomed AS (
+    SELECT id FROM outbox_intents
+    WHERE finished_at < now() - (@older_than_us::bigint * interval '1 microsecond')
+      AND state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY finished_at
+    LIMIT @limit
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_intents i
+USING doomed d
+WHERE i.id = d.id`
+
+// lockForOperatorSQL takes the row lock an operator action holds until
+// commit, so concurrent actions and the dispatcher's claims and settlements
+// serialise with it.
+const lockForOperatorSQL = `
+SELECT state, may_have_acted
+FROM outbox_intents
+WHERE id = @id
+FOR UPDATE`
+
+// resendSQL is an operator's resend of an in_doubt intent: back to pending
+// under a new key generation (the operator checked the effect did not
+// happen, and the old key would replay its saved answer), with a fresh
+// attempt budget.
+const resendSQL = `
+UPDATE outbox_intents
+SET state = 'pending', key_generation = key_generation + 1, provider_key = NULL, key_namespace = NULL,
+    key_first_used_at = NULL, may_have_acted = false, budget_from = attempt_count,
+    recheck_at = NULL, recheck_count = 0, updated_at = now()
+WHERE id = @id`
+
+// finishSQL settles an intent as an operator decided: cancelled, succeeded
+// or failed.
+const finishSQL = `
+UPDATE outbox_intents
+SET state = @to::text, recheck_at = NULL, updated_at = now(), finished_at = now()
+WHERE id = @id`
+
+const insertEventSQL = `
+INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
+VALUES (@id, @actor, @from::text, @to::text, @reason)`

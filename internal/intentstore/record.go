@@ -1,0 +1,162 @@
+package intentstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// NewIntent is one intent to store, validated and keyed by the caller.
+type NewIntent struct {
+	Key       string
+	Kind      string
+	Provider  string
+	Name      string
+	Payload   []byte
+	Reference string
+	// Consumer and MessageID name the message that recorded it; empty
+	// outside a consumer.
+	Consumer  string
+	MessageID string
+	// Actor is the "recorded" event's actor.
+	Actor string
+}
+
+// InsertBatch gathers the intents one statement stores, possibly from
+// several messages. After the batch it was queued in has run, IDs holds the
+// stored intents' ids in order.
+type InsertBatch struct {
+	keys, kinds, providers, names, payloads, actors []string
+	refs, consumers, messageIDs                     []*string
+	IDs                                             []int64
+}
+
+// Len is how many intents the batch holds.
+func (ib *InsertBatch) Len() int { return len(ib.keys) }
+
+// Key returns the i-th intent's key.
+func (ib *InsertBatch) Key(i int) string { return ib.keys[i] }
+
+// Add appends an intent.
+func (ib *InsertBatch) Add(in NewIntent) {
+	ib.keys = append(ib.keys, in.Key)
+	ib.kinds = append(ib.kinds, in.Kind)
+	ib.providers = append(ib.providers, in.Provider)
+	ib.names = append(ib.names, in.Name)
+	ib.payloads = append(ib.payloads, string(in.Payload))
+	ib.actors = append(ib.actors, in.Actor)
+	ib.refs = append(ib.refs, nullString(in.Reference))
+	ib.consumers = append(ib.consumers, nullString(in.Consumer))
+	ib.messageIDs = append(ib.messageIDs, nullString(in.MessageID))
+}
+
+// QueueMarker adds the processed marker's insert to b; the callback learns
+// whether the marker is new (false: the message was processed already, or a
+// concurrent transaction holds it and committed).
+func QueueMarker(b *pgx.Batch, consumer, messageID string, isNew func(bool)) {
+	b.Queue(insertMarkerSQL, pgx.NamedArgs{"consumer": consumer, "message_id": messageID}).Exec(func(tag pgconn.CommandTag) error {
+		isNew(tag.RowsAffected() == 1)
+		return nil
+	})
+}
+
+// InsertMarker inserts a processed marker in tx and reports whether it is
+// new; see QueueMarker.
+func InsertMarker(ctx context.Context, tx pgx.Tx, consumer, messageID string) (bool, error) {
+	tag, err := tx.Exec(ctx, insertMarkerSQL, pgx.NamedArgs{"consumer": consumer, "message_id": messageID})
+	if err != nil {
+		return false, fmt.Errorf("intentstore: insert processed marker: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// InsertMarkers inserts the markers of a batch of messages in tx, in a
+// deadlock-free order, and returns the ones that were new as
+// "consumer\x00message_id" keys.
+func InsertMarkers(ctx context.Context, tx pgx.Tx, consumers, messageIDs []string) (map[string]bool, error) {
+	rows, err := tx.Query(ctx, insertMarkersSQL, pgx.NamedArgs{"consumers": consumers, "message_ids": messageIDs})
+	if err != nil {
+		return nil, fmt.Errorf("intentstore: insert processed markers: %w", err)
+	}
+	fresh := make(map[string]bool)
+	var c, m string
+	_, err = pgx.ForEachRow(rows, []any{&c, &m}, func() error {
+		fresh[c+"\x00"+m] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("intentstore: insert processed markers: %w", err)
+	}
+	return fresh, nil
+}
+
+// QueueInsert adds to b the statement that stores ib's intents, their
+// "recorded" events and their dispatch jobs, and a notification to wake
+// dispatchers when one is due. Sent with the transaction's COMMIT in one
+// batch, the whole write costs one round trip; nothing is dispatched before
+// that commit, and nothing remains if the transaction rolls back.
+func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
+	collect := func(rows pgx.Rows) error {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err == nil && len(ids) != ib.Len() {
+			err = fmt.Errorf("stored %d intents of %d", len(ids), ib.Len())
+		}
+		ib.IDs = ids
+		return err
+	}
+	if ib.Len() == 1 {
+		b.Queue(insertIntentSQL, s.jobArgs(pgx.NamedArgs{
+			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
+			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
+			"message_id": ib.messageIDs[0], "actor": ib.actors[0],
+		})).Query(collect)
+	} else {
+		b.Queue(insertIntentsSQL, s.jobArgs(pgx.NamedArgs{
+			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
+			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
+			"message_ids": ib.messageIDs, "actors": ib.actors,
+		})).Query(collect)
+	}
+	if s.notify.due() {
+		b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
+	}
+}
+
+// InsertTx stores ib's intents with their events and dispatch jobs in tx,
+// in one round trip. A key already stored is a *DuplicateKeyError.
+func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, ib *InsertBatch) error {
+	b := &pgx.Batch{}
+	s.QueueInsert(b, ib)
+	return MapInsertError(tx.SendBatch(ctx, b).Close())
+}
+
+// DuplicateKeyError is returned when an intent's key is already stored.
+type DuplicateKeyError struct {
+	Key string
+}
+
+func (e *DuplicateKeyError) Error() string {
+	return fmt.Sprintf("an intent with idempotency key %q already exists", e.Key)
+}
+
+// MapInsertError turns the unique violation of an intent's key into a
+// *DuplicateKeyError and wraps anything else; nil stays nil.
+func MapInsertError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "outbox_intents_idempotency_key_key" {
+		// Detail reads: Key (idempotency_key)=(the key) already exists.
+		key := pgErr.Detail
+		if i, j := strings.Index(key, "=("), strings.LastIndex(key, ") already exists"); i >= 0 && j > i {
+			key = key[i+2 : j]
+		}
+		return &DuplicateKeyError{Key: key}
+	}
+	return fmt.Errorf("intentstore: insert: %w", err)
+}

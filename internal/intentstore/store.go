@@ -1,0 +1,150 @@
+// Package intentstore owns the intent's rows and its state machine: every
+// statement that changes the outbox's tables (processed markers, intents,
+// attempts, events) or the River rows they touch is here, and every change
+// of an intent's state goes through it, checked against
+// intenttype.Transitions. Recording (package intents), dispatching (package
+// dispatcher) and operating (package audit) call it; none of them writes
+// those tables itself. It plays the part River's riverdriver plays for
+// river_job.
+//
+// The guards it keeps (DESIGN.md, "Invariants at the edges"):
+//
+//   - every provider call happens under a claim (Claim): a conditional
+//     update that records which attempt holds the intent, committed before
+//     the call;
+//   - a settlement applies only to the attempt that holds the claim, or to
+//     the state, attempt count and key generation a decision was made from;
+//     a late or stale one is recorded as an attempt and changes nothing;
+//   - "may have acted" only ever turns on, except when a proven absence
+//     moves the intent to a new key generation;
+//   - one attempt counter, in the intent's row, with the budget's start:
+//     River's job attempt counter is never read;
+//   - operator actions lock the row, refuse an intent whose attempt is in
+//     flight, and refuse to cancel one that may have acted.
+package intentstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sethvargo/go-retry"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+)
+
+// Store writes the outbox's tables. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	job    dispatchJob
+	notify *notifyLimiter
+}
+
+// Config configures a Store. A nil *Config takes every default.
+type Config struct {
+	// NotifyCooldown spaces out the notifications recording sends to wake
+	// dispatchers (see QueueInsert). Defaults to 0: one with every insert.
+	NotifyCooldown time.Duration
+	// Now is the clock for NotifyCooldown. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// New returns a Store on the database behind pool.
+func New(pool *pgxpool.Pool, config *Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("intentstore: pool is required")
+	}
+	job, err := newDispatchJob()
+	if err != nil {
+		return nil, err
+	}
+	var cfg Config
+	if config != nil {
+		cfg = *config
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{pool: pool, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: cfg.Now}}, nil
+}
+
+// Namespace reads the deployment's namespace (migration 003).
+func (s *Store) Namespace(ctx context.Context) (string, error) {
+	var ns string
+	if err := s.pool.QueryRow(ctx, namespaceSQL).Scan(&ns); err != nil {
+		return "", fmt.Errorf("intentstore: read namespace: %w", err)
+	}
+	return ns, nil
+}
+
+// Row is what a dispatcher needs to know about an intent to decide its next
+// step. The fields that guard a transition (State, AttemptCount,
+// KeyGeneration, ClaimedAttempt) are passed back with the decision.
+type Row struct {
+	ID             int64
+	Key            string
+	Kind           string
+	Provider       string
+	Payload        []byte
+	State          intenttype.State
+	AttemptCount   int
+	BudgetFrom     int
+	MayHaveActed   bool
+	ClaimedAttempt int
+	ProviderKey    string
+	Namespace      string
+	KeyGeneration  int
+	KeyFirstUsedAt time.Time
+	RecheckCount   int
+	CreatedAt      time.Time
+}
+
+// AttemptsUsed is how many attempts the current budget has used.
+func (r *Row) AttemptsUsed() int { return r.AttemptCount - r.BudgetFrom }
+
+func scanRow(row pgx.CollectableRow) (Row, error) {
+	var r Row
+	var claimed *int
+	var firstUsed *time.Time
+	err := row.Scan(&r.ID, &r.Key, &r.Kind, &r.Provider, &r.Payload, &r.State, &r.AttemptCount, &r.BudgetFrom,
+		&r.MayHaveActed, &claimed, &r.ProviderKey, &r.Namespace, &r.KeyGeneration, &firstUsed, &r.RecheckCount, &r.CreatedAt)
+	if claimed != nil {
+		r.ClaimedAttempt = *claimed
+	}
+	if firstUsed != nil {
+		r.KeyFirstUsedAt = *firstUsed
+	}
+	return r, err
+}
+
+// Load reads an intent; pgx.ErrNoRows when there is none (pruned, or never
+// committed).
+func (s *Store) Load(ctx context.Context, id int64) (Row, error) {
+	rows, err := s.pool.Query(ctx, loadSQL, pgx.NamedArgs{"id": id})
+	if err != nil {
+		return Row{}, err
+	}
+	return pgx.CollectExactlyOneRow(rows, scanRow)
+}
+
+// retryTransient runs fn until it succeeds, fails for good, or ctx ends,
+// with backoff: a settlement that meets a lost connection or a terminated
+// backend is sent again, so a known outcome is not discarded (DESIGN.md,
+// invariant 7). Every statement fn sends must be safe to repeat.
+func retryTransient(ctx context.Context, fn func(context.Context) error) error {
+	backoff := retry.WithMaxDuration(time.Minute, retry.WithCappedDuration(2*time.Second,
+		retry.WithJitterPercent(20, retry.NewExponential(20*time.Millisecond))))
+	return retry.Do(ctx, backoff, func(ctx context.Context) error {
+		err := fn(ctx)
+		if err != nil && IsTransient(ctx, err) {
+			return retry.RetryableError(err)
+		}
+		return err
+	})
+}
+
+// ErrNotFound is returned when no intent has the given id.
+var ErrNotFound = errors.New("intent not found")

@@ -34,6 +34,9 @@ const (
 	DefaultRecheckDelay    = time.Minute
 	DefaultMaxRechecks     = 6
 	DefaultRecheckInterval = 15 * time.Second
+	// DefaultAbsenceSettleTime outlasts any request a provider may still be
+	// executing after its caller gave up (Stripe's run well under a minute).
+	DefaultAbsenceSettleTime = 5 * time.Minute
 
 	DefaultDedupWindow       = 7 * 24 * time.Hour
 	DefaultAuditRetention    = 30 * 24 * time.Hour
@@ -91,6 +94,14 @@ type Config struct {
 	// DefaultMaxRechecks; MaxRechecks < 0 means never.
 	RecheckDelay time.Duration
 	MaxRechecks  int
+
+	// AbsenceSettleTime is how long after the latest attempt a consistent
+	// read that finds nothing is taken as proof of absence, when that
+	// attempt got no answer saying the provider had finished with the
+	// request (a timeout, a lost connection, an edge's 503): before then,
+	// the request may still be executing at the provider. Defaults to
+	// DefaultAbsenceSettleTime.
+	AbsenceSettleTime time.Duration
 
 	// RecheckInterval is how often the leader looks for in_doubt intents
 	// whose look-up is due. Defaults to DefaultRecheckInterval.
@@ -190,6 +201,7 @@ func (c *Config) withDefaults() (*Config, error) {
 		{"FetchPollInterval", &out.FetchPollInterval, DefaultFetchPollInterval},
 		{"RecheckDelay", &out.RecheckDelay, DefaultRecheckDelay},
 		{"RecheckInterval", &out.RecheckInterval, DefaultRecheckInterval},
+		{"AbsenceSettleTime", &out.AbsenceSettleTime, DefaultAbsenceSettleTime},
 	}
 	for _, d := range durations {
 		if *d.value < 0 {

@@ -266,19 +266,36 @@ func TestStripeServerErrorAfterActingIsReconciled(t *testing.T) {
 	}
 }
 
-func TestStripeSavedServerErrorWithoutChargeIsHeldInDoubt(t *testing.T) {
+// Stripe saves a 500 under the key and replays it to every retry, so the
+// key is spent. Stripe answered (it finished with the request), and a
+// consistent read shows no PaymentIntent carrying the key: absence is
+// proven, and the intent is performed under a new key, once (DESIGN.md,
+// invariant 9).
+func TestStripeSavedServerErrorWithoutChargeIsPerformedUnderANewKey(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	b := setup(t, options{})
 	b.stripe.Faults().Push(fault.Fault{Kind: fault.ErrorBefore, Status: 500})
 	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
 	b.start(t, b.config())
 
 	s := b.waitSettled(t, id)
-	if s.State != intenttype.StateInDoubt || !strings.Contains(s.LastError, "no record") {
-		t.Fatalf("intent = %+v, want in_doubt because Stripe has no record", s)
+	if s.State != intenttype.StateSucceeded {
+		t.Fatalf("intent = %+v, want succeeded under a new key", s)
 	}
-	if n := b.stripe.EffectsFor(id); n != 0 {
-		t.Fatalf("Stripe double has %d PaymentIntents, want 0", n)
+	if n := b.stripe.EffectsFor(id); n != 1 {
+		t.Fatalf("Stripe double has %d PaymentIntents, want 1", n)
+	}
+	var generation int
+	var key string
+	if err := b.pool.QueryRow(ctx, `SELECT key_generation, provider_key FROM outbox_intents WHERE id = $1`, id).Scan(&generation, &key); err != nil {
+		t.Fatal(err)
+	}
+	if generation != 1 || !strings.Contains(key, ".1/") {
+		t.Fatalf("key generation %d, provider key %q; want generation 1 in the key", generation, key)
+	}
+	if a := b.attempts(t, id); len(a) != 2 || a[0].Outcome != "ambiguous" || a[1].Outcome != "succeeded" || a[1].Replayed {
+		t.Fatalf("attempts = %+v, want the ambiguous 500 then one fresh success", a)
 	}
 }
 
@@ -371,9 +388,23 @@ func TestAttemptsAreBounded(t *testing.T) {
 	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
 	cfg := b.config()
 	cfg.MaxAttemptsByKind = map[string]int{stripeprovider.KindPaymentIntent: 3}
-	b.start(t, cfg)
+	cfg.AbsenceSettleTime = time.Minute
+	d := b.start(t, cfg)
 
+	// A 503 from Stripe's edge proves nothing about the request: out of
+	// attempts, the intent is held while the provider may still be at work.
 	s := b.waitSettled(t, id)
+	if s.State != intenttype.StateInDoubt || s.Attempts != 3 {
+		t.Fatalf("intent = %+v, want in_doubt after 3 attempts", s)
+	}
+	// Once no request can still be executing, a consistent read proves no
+	// charge: the intent goes back under a new key, and having no attempts
+	// left, it fails with none performed.
+	b.clock.Advance(10 * time.Minute)
+	if _, err := d.Recheck(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s = b.waitSettled(t, id)
 	if s.State != intenttype.StateFailed || s.Attempts != 3 || !strings.Contains(s.LastError, "gave up after 3 attempts") {
 		t.Fatalf("intent = %+v, want failed after 3 attempts", s)
 	}

@@ -128,7 +128,7 @@ func (d *Dispatcher) Recheck(ctx context.Context) (int, error) {
 		}
 		s := step{d: d, row: row, p: p}
 		st := intentstore.Settlement{Row: row, From: intenttype.StateInDoubt, MayHaveActed: true}
-		v := d.reconcile(ctx, p, s.request(), true)
+		v := d.reconcile(ctx, p, s.request(), d.settledSince(row.LastAttemptAt))
 		d.apply(&st, v, "held in doubt")
 		st.Enqueue = v.to == intenttype.StatePending
 		res, err := d.store.Settle(ctx, st)

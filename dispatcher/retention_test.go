@@ -43,10 +43,12 @@ func (b *testBundle) oldRows(t *testing.T, markers map[string]time.Duration, int
 		}
 		var id int64
 		err := b.pool.QueryRow(ctx, `
-INSERT INTO outbox_intents (idempotency_key, kind, provider, payload, state, created_at, updated_at, finished_at)
+INSERT INTO outbox_intents (idempotency_key, kind, provider, payload, state, created_at, updated_at, finished_at,
+    attempt_count, claimed_attempt)
 VALUES ($1, 'stripe.payment_intent', 'stripe', '{}', $2,
         now() - $3::bigint * interval '1 microsecond', now(),
-        now() - $4::bigint * interval '1 microsecond')
+        now() - $4::bigint * interval '1 microsecond',
+        CASE WHEN $2 = 'dispatching' THEN 1 ELSE 0 END, CASE WHEN $2 = 'dispatching' THEN 1 END)
 RETURNING id`, "retention:"+label, in.state, in.createdAgo.Microseconds(), finished).Scan(&id)
 		if err != nil {
 			t.Fatalf("insert %s: %v", label, err)

@@ -2,18 +2,20 @@ package dispatcher_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
 
-// An operator who cancels an intent while its call is in flight keeps the
-// intent as they left it; the attempt is still recorded for the audit, and
-// the job completes instead of retrying.
-func TestOperatorMoveDuringCallWinsAndTheAttemptIsKept(t *testing.T) {
+// Every call runs under a claim, keyed providers too: an operator who tries
+// to cancel an intent while its call is in flight is refused (the charge
+// may be happening right now), and the attempt settles the intent.
+func TestOperatorCannotCancelDuringACall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, options{})
@@ -30,39 +32,54 @@ func TestOperatorMoveDuringCallWinsAndTheAttemptIsKept(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	// The operator's cancel, as the audit store writes it.
-	if _, err := b.pool.Exec(ctx, `
-		WITH moved AS (
-			UPDATE outbox_intents SET state = 'cancelled', finished_at = now(), updated_at = now()
-			WHERE id = $1 AND state = 'pending' RETURNING id
-		)
-		INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
-		SELECT id, 'operator', 'pending', 'cancelled', 'test' FROM moved`, id); err != nil {
-		t.Fatal(err)
+	store := audit.New(b.pool, b.registry)
+	_, err := store.Cancel(ctx, id, "alice", "changed my mind")
+	var te *audit.TransitionError
+	if !errors.As(err, &te) || te.From != intenttype.StateDispatching {
+		t.Fatalf("Cancel during the call = %v, want a *TransitionError from dispatching", err)
 	}
-	for len(b.attempts(t, id)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the attempt was never recorded")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if s := b.intent(t, id); s.State != intenttype.StateCancelled || s.Attempts != 0 {
-		t.Fatalf("intent = %+v, want cancelled as the operator left it", s)
-	}
-	if a := b.attempts(t, id); len(a) != 1 || a[0].Outcome != "succeeded" {
-		t.Fatalf("attempts = %+v, want the one succeeded call", a)
-	}
-	if reason := b.lastEventReason(t, id); reason != "test" {
-		t.Fatalf("last event %q: the dispatcher wrote an event over the operator's", reason)
-	}
-	var jobState string
-	if err := b.pool.QueryRow(ctx, `SELECT state FROM river_job WHERE kind = 'outbox_dispatch' AND (args->>'intent_id')::bigint = $1`, id).Scan(&jobState); err != nil {
-		t.Fatal(err)
-	}
-	if jobState != "completed" {
-		t.Fatalf("job %s, want completed with the attempt", jobState)
+	if s := b.waitSettled(t, id); s.State != intenttype.StateSucceeded || s.Attempts != 1 {
+		t.Fatalf("intent = %+v, want succeeded by its one attempt", s)
 	}
 	if n := b.stripe.EffectsFor(id); n != 1 {
 		t.Fatalf("Stripe double has %d PaymentIntents, want 1", n)
+	}
+	// After the call, a cancel is refused too: the intent is terminal.
+	if _, err := store.Cancel(ctx, id, "alice", "too late"); !errors.As(err, &te) {
+		t.Fatalf("Cancel after success = %v, want a *TransitionError", err)
+	}
+}
+
+// A keyed intent waiting for its retry after an attempt that may have
+// reached the provider (a lost response) cannot be cancelled: Stripe may
+// have charged (DESIGN.md, invariant 3).
+func TestCancelRefusedOnceAnAttemptMayHaveActed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, options{})
+	b.stripe.Faults().Push(fault.Fault{Kind: fault.LoseResponse})
+	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
+	cfg := b.config()
+	cfg.RetryBackoff, cfg.RetryBackoffMax = time.Hour, time.Hour // the retry waits
+	b.start(t, cfg)
+
+	deadline := time.Now().Add(20 * time.Second)
+	for len(b.attempts(t, id)) == 0 || b.attempts(t, id)[0].Outcome == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the first attempt never settled")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := b.stripe.EffectsFor(id); n != 1 {
+		t.Fatalf("Stripe double has %d PaymentIntents after the lost response, want 1", n)
+	}
+	store := audit.New(b.pool, b.registry)
+	_, err := store.Cancel(ctx, id, "alice", "changed my mind")
+	var te *audit.TransitionError
+	if !errors.As(err, &te) || te.From != intenttype.StatePending {
+		t.Fatalf("Cancel after a lost response = %v, want a *TransitionError", err)
+	}
+	if s := b.intent(t, id); s.State != intenttype.StatePending {
+		t.Fatalf("intent = %+v, want pending, untouched by the refused cancel", s)
 	}
 }

@@ -179,7 +179,7 @@ func (s *step) classify(ctx context.Context, res providers.Result, callErr error
 		// A refusal now does not undo what an earlier attempt may have done
 		// (a rolled key answers 401 to the retry of a charge that went
 		// through): only the provider's own records can tell.
-		return s.ambiguous(ctx, intenttype.StateDispatching, attempt, out, "refused ("+ae.Error()+") after an earlier attempt that may have reached the provider", ae.HTTPStatus != 0)
+		return s.ambiguous(ctx, intenttype.StateDispatching, attempt, out, "refused ("+ae.Error()+") after an earlier attempt that may have reached the provider", providerFinished(ae))
 	case ae.Outcome == providers.OutcomeRetry && s.row.AttemptCount-s.row.BudgetFrom < limit:
 		return decision{Settlement: intentstore.Settlement{
 			Row: s.row, From: intenttype.StateDispatching, Attempt: attempt, Outcome: out, To: intenttype.StatePending,
@@ -193,9 +193,30 @@ func (s *step) classify(ctx context.Context, res providers.Result, callErr error
 		}}
 	case ae.Outcome == providers.OutcomeRetry:
 		return s.ambiguous(ctx, intenttype.StateDispatching, attempt, out,
-			fmt.Sprintf("%d attempts used (last: %s), and one may have reached the provider", s.row.AttemptCount-s.row.BudgetFrom, ae.Error()), false)
+			fmt.Sprintf("%d attempts used (last: %s), and one may have reached the provider", s.row.AttemptCount-s.row.BudgetFrom, ae.Error()), providerFinished(ae))
 	}
-	return s.ambiguous(ctx, intenttype.StateDispatching, attempt, out, ae.Error(), ae.HTTPStatus != 0)
+	return s.ambiguous(ctx, intenttype.StateDispatching, attempt, out, ae.Error(), providerFinished(ae))
+}
+
+// providerFinished reports whether an error is the provider's own answer
+// for the request, which it gives only once it has finished with the key:
+// a 500 (Stripe saves and replays it) or a refusal. A 409 (the key is in
+// use by a request still executing), a 429 or 503 from the edge, and no
+// response at all prove nothing about requests still in progress.
+func providerFinished(ae *providers.AttemptError) bool {
+	switch st := ae.HTTPStatus; {
+	case st == 500:
+		return true
+	case st >= 400 && st < 500:
+		return st != 409 && st != 429
+	}
+	return false
+}
+
+// settledSince reports whether AbsenceSettleTime has passed since t (the
+// latest attempt's claim; zero: there was none).
+func (d *Dispatcher) settledSince(t time.Time) bool {
+	return t.IsZero() || d.config.Now().Sub(t) >= d.config.AbsenceSettleTime
 }
 
 // decision is a settlement with the delay the provider asked for before the
@@ -208,11 +229,13 @@ type decision struct {
 // ambiguous decides an intent whose effect may have happened, from the
 // state it is in (from) with the attempt's outcome if there was one: it asks
 // the provider and settles by what the provider proves. answered says the
-// provider finished with the request (it sent a response), so no attempt
-// can still be in progress there and a proven absence may be acted on now.
+// provider's API finished with the latest request (it answered for the key),
+// so no request can still be executing there and a proven absence may be
+// acted on now; otherwise only once Config.AbsenceSettleTime has passed
+// since the latest attempt.
 func (s *step) ambiguous(ctx context.Context, from intenttype.State, attempt int, out *intentstore.AttemptOutcome, why string, answered bool) decision {
 	st := intentstore.Settlement{Row: s.row, From: from, Attempt: attempt, Outcome: out, MayHaveActed: true, JobID: s.jobID}
-	v := s.d.reconcile(ctx, s.p, s.request(), answered)
+	v := s.d.reconcile(ctx, s.p, s.request(), answered || s.d.settledSince(s.row.LastAttemptAt))
 	s.d.apply(&st, v, why)
 	return decision{Settlement: st}
 }

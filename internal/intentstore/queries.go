@@ -122,7 +122,8 @@ const notifySQL = `SELECT pg_notify(current_schema() || '.river_insert', @notice
 // intentColumns is what loadSQL reads, in the order scanRow reads.
 const intentColumns = `id, idempotency_key, kind, provider, payload, state, attempt_count, budget_from,
     may_have_acted, claimed_attempt, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
-    key_first_used_at, recheck_count, created_at`
+    key_first_used_at, recheck_count, created_at,
+    (SELECT max(a.started_at) FROM outbox_attempts a WHERE a.intent_id = outbox_intents.id)`
 
 const loadSQL = `SELECT ` + intentColumns + ` FROM outbox_intents WHERE id = @id`
 

@@ -100,6 +100,8 @@ type Row struct {
 	KeyFirstUsedAt time.Time
 	RecheckCount   int
 	CreatedAt      time.Time
+	// LastAttemptAt is when the latest attempt was claimed; zero if none.
+	LastAttemptAt time.Time
 }
 
 // AttemptsUsed is how many attempts the current budget has used.
@@ -108,9 +110,13 @@ func (r *Row) AttemptsUsed() int { return r.AttemptCount - r.BudgetFrom }
 func scanRow(row pgx.CollectableRow) (Row, error) {
 	var r Row
 	var claimed *int
-	var firstUsed *time.Time
+	var firstUsed, lastAttempt *time.Time
 	err := row.Scan(&r.ID, &r.Key, &r.Kind, &r.Provider, &r.Payload, &r.State, &r.AttemptCount, &r.BudgetFrom,
-		&r.MayHaveActed, &claimed, &r.ProviderKey, &r.Namespace, &r.KeyGeneration, &firstUsed, &r.RecheckCount, &r.CreatedAt)
+		&r.MayHaveActed, &claimed, &r.ProviderKey, &r.Namespace, &r.KeyGeneration, &firstUsed, &r.RecheckCount, &r.CreatedAt,
+		&lastAttempt)
+	if lastAttempt != nil {
+		r.LastAttemptAt = *lastAttempt
+	}
 	if claimed != nil {
 		r.ClaimedAttempt = *claimed
 	}

@@ -189,7 +189,7 @@ func (s *step) classify(ctx context.Context, res providers.Result, callErr error
 		return decision{Settlement: intentstore.Settlement{
 			Row: s.row, From: intenttype.StateDispatching, Attempt: attempt, Outcome: out, To: intenttype.StateFailed,
 			LastError: fmt.Sprintf("gave up after %d attempts; last: %s", s.row.AttemptCount-s.row.BudgetFrom, ae.Error()),
-			Reason: "attempts exhausted", JobID: s.jobID,
+			Reason:    "attempts exhausted", JobID: s.jobID,
 		}}
 	case ae.Outcome == providers.OutcomeRetry:
 		return s.ambiguous(ctx, intenttype.StateDispatching, attempt, out,

@@ -456,3 +456,42 @@ func TestTransientRetriesAreBounded(t *testing.T) {
 		t.Fatalf("%d markers left by a failed message", markers)
 	}
 }
+
+// Distinct messages never collide on keys, and every message valid by the
+// package's limits is recorded (DESIGN.md, invariant 2): "orders" + m1 with
+// an intent named receipt beside message m1:receipt with one intent, and
+// the longest consumer name with the longest message id.
+func TestDistinctMessagesNeverCollideOnKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	one := func(msg intents.Message, names ...string) []intents.Recorded {
+		t.Helper()
+		res, err := b.client.Consume(ctx, msg, func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
+			for _, n := range names {
+				if err := rec.Record(intents.Intent{Kind: sendgridprovider.KindEmail, Name: n, Payload: receipt("a@example.com")}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil || res.Duplicate {
+			t.Fatalf("Consume(%+v) = %+v, %v", msg, res, err)
+		}
+		return res.Intents
+	}
+	a := one(intents.Message{Consumer: "orders", ID: "m1"}, "receipt", "invoice")
+	c := one(intents.Message{Consumer: "orders", ID: "m1:receipt"}, "")
+	long := one(intents.Message{Consumer: strings.Repeat("c", intents.MaxConsumerLength), ID: strings.Repeat(":", intents.MaxMessageIDLength)}, "")
+	keys := map[string]bool{}
+	for _, r := range append(append(a, c...), long...) {
+		if keys[r.Key] || len(r.Key) > 255 {
+			t.Fatalf("key %q (%d bytes) repeated or too long", r.Key, len(r.Key))
+		}
+		keys[r.Key] = true
+	}
+	var n int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_intents`).Scan(&n); err != nil || n != 4 {
+		t.Fatalf("%d intents stored (%v), want 4", n, err)
+	}
+}

@@ -1,0 +1,116 @@
+package intentstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/internal/pgtest"
+)
+
+func setup(t *testing.T) (*intentstore.Store, func(id int64) intentstore.Row, int64) {
+	t.Helper()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	store, err := intentstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ib intentstore.InsertBatch
+	ib.Add(intentstore.NewIntent{Key: "orders:m1", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test"})
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &ib) }); err != nil {
+		t.Fatal(err)
+	}
+	load := func(id int64) intentstore.Row {
+		t.Helper()
+		r, err := store.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	return store, load, ib.IDs[0]
+}
+
+// Every call happens under a claim: one claim per state the worker saw, a
+// take-over of an unsettled attempt makes "may have acted" durable, and a
+// late settlement from the attempt that was taken over is recorded but
+// changes nothing (DESIGN.md, invariant 4).
+func TestClaimsAndLateSettlements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, load, id := setup(t)
+	now := time.Now()
+
+	seen := load(id)
+	first, err := store.Claim(ctx, intentstore.ClaimParams{Row: seen, ProviderKey: "ns.0/orders:m1", Namespace: "ns", Now: now})
+	if err != nil || first.Attempt != 1 {
+		t.Fatalf("first claim = %+v, %v", first, err)
+	}
+	// A second worker that saw the same pending row cannot claim it.
+	if _, err := store.Claim(ctx, intentstore.ClaimParams{Row: seen, ProviderKey: "x", Namespace: "ns", Now: now}); !errors.Is(err, intentstore.ErrClaimLost) {
+		t.Fatalf("second claim from the same pending row = %v, want ErrClaimLost", err)
+	}
+	// A rescue takes the unsettled attempt over.
+	held := load(id)
+	if held.State != intenttype.StateDispatching || held.ClaimedAttempt != 1 || held.MayHaveActed {
+		t.Fatalf("row while claimed = %+v", held)
+	}
+	second, err := store.Claim(ctx, intentstore.ClaimParams{Row: held, ProviderKey: "other", Namespace: "other", Now: now})
+	if err != nil || second.Attempt != 2 || second.ProviderKey != "ns.0/orders:m1" {
+		t.Fatalf("take-over = %+v, %v; want attempt 2 under the same key", second, err)
+	}
+	if r := load(id); !r.MayHaveActed || r.ClaimedAttempt != 2 {
+		t.Fatalf("row after the take-over = %+v, want may have acted, held by attempt 2", r)
+	}
+	// The first attempt settles late, as failed: recorded, no effect.
+	late, err := store.Settle(ctx, intentstore.Settlement{
+		Row: held, From: intenttype.StateDispatching, Attempt: 1, To: intenttype.StateFailed,
+		Outcome: &intentstore.AttemptOutcome{Finished: now, Outcome: "failed", Error: "late"},
+	})
+	if err != nil || late.Applied || late.State != intenttype.StateDispatching {
+		t.Fatalf("late settle = %+v, %v; want not applied, still dispatching", late, err)
+	}
+	// The holder settles.
+	held2 := load(id)
+	done, err := store.Settle(ctx, intentstore.Settlement{
+		Row: held2, From: intenttype.StateDispatching, Attempt: 2, To: intenttype.StateInDoubt, MayHaveActed: true,
+		Outcome: &intentstore.AttemptOutcome{Finished: now, Outcome: "ambiguous"},
+	})
+	if err != nil || !done.Applied || done.State != intenttype.StateInDoubt {
+		t.Fatalf("holder's settle = %+v, %v", done, err)
+	}
+	// A success learnt late by the first attempt is not discarded.
+	adopted, err := store.Settle(ctx, intentstore.Settlement{
+		Row: held, From: intenttype.StateDispatching, Attempt: 1, To: intenttype.StateSucceeded, ProviderRef: "msg_1",
+		Outcome: &intentstore.AttemptOutcome{Finished: now, Outcome: "succeeded", ProviderRef: "msg_1"},
+	})
+	if err != nil || !adopted.Applied || adopted.State != intenttype.StateSucceeded {
+		t.Fatalf("late success = %+v, %v; want the in_doubt intent settled as succeeded", adopted, err)
+	}
+}
+
+// The dispatcher may not make a move the state diagram does not draw.
+func TestSettleRefusesTransitionsOffTheDiagram(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, load, id := setup(t)
+	for _, tc := range []struct{ from, to intenttype.State }{
+		{intenttype.StatePending, intenttype.StateCancelled},
+		{intenttype.StateSucceeded, intenttype.StatePending},
+		{intenttype.StateFailed, intenttype.StateSucceeded},
+		{intenttype.StateInDoubt, intenttype.StateCancelled},
+	} {
+		if _, err := store.Settle(ctx, intentstore.Settlement{Row: load(id), From: tc.from, To: tc.to}); err == nil {
+			t.Errorf("Settle %s -> %s: no error", tc.from, tc.to)
+		}
+	}
+	if r := load(id); r.State != intenttype.StatePending {
+		t.Fatalf("row = %+v, want untouched", r)
+	}
+}

@@ -6,8 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
 
@@ -78,5 +84,73 @@ func TestPastTheKeyWindowAfterAMaybeNeverCallsAgain(t *testing.T) {
 	// created a second PaymentIntent.
 	if n := b.stripe.EffectsFor(id); n != 1 {
 		t.Fatalf("Stripe double has %d PaymentIntents, want 1", n)
+	}
+}
+
+// cutsConnections is the SendGrid adapter, except that once the email is
+// accepted it terminates the dispatcher's connections (application_name
+// "dispatcher-under-test"): the settlement that follows meets a dead
+// connection.
+type cutsConnections struct {
+	*sendgridprovider.Provider
+	pool *pgxpool.Pool
+}
+
+func (c cutsConnections) Perform(ctx context.Context, req providers.Request) (providers.Result, error) {
+	res, err := c.Provider.Perform(ctx, req)
+	if _, termErr := c.pool.Exec(context.WithoutCancel(ctx), `
+		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'dispatcher-under-test'`); termErr != nil {
+		return res, termErr
+	}
+	return res, err
+}
+
+// A known outcome is never discarded (DESIGN.md, invariant 7): SendGrid
+// accepted the email, then the database connection the settlement would
+// use died. The settlement is sent again; the intent is succeeded with the
+// message id, not held in_doubt, and the email went once.
+func TestSettlementSurvivesALostConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: b.sendgrid.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dispatcher gets a pool of its own, named, so that only its
+	// connections are cut.
+	pcfg := b.pool.Config().Copy()
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "dispatcher-under-test"
+	dpool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dpool.Close)
+	reg, err := providers.NewRegistry(cutsConnections{Provider: gp, pool: b.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := b.record(t, sendgridprovider.KindEmail, emailPayload)
+	cfg := b.config()
+	cfg.Providers = reg
+	d, err := dispatcher.New(dpool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Stop(ctx)
+	})
+
+	s := b.waitSettled(t, id)
+	if s.State != intenttype.StateSucceeded || s.ProviderRef == "" {
+		t.Fatalf("intent = %+v, want succeeded with SendGrid's message id", s)
+	}
+	if n := b.sendgrid.EffectsFor(id); n != 1 {
+		t.Fatalf("SendGrid double accepted %d emails, want 1", n)
 	}
 }

@@ -1,30 +1,46 @@
-// Package dispatcher performs recorded intents exactly once, as River
-// workers on the same Postgres.
+// Package dispatcher performs recorded intents, each effect at most once and
+// none lost, as River workers on the same Postgres.
 //
-// Each intent gets one River job (intenttype.DispatchArgs). The job is only
+// Each intent gets one River job (intentstore.DispatchArgs). The job is only
 // the trigger: the intent row is the system of record, and a job whose intent
-// is already terminal or in_doubt does nothing. One attempt goes like this:
+// is already terminal or in_doubt does nothing. Every decision is taken from
+// the row alone (never from River's attempt counter, which restarts when a
+// job is replaced); every write goes through internal/intentstore, the one
+// owner of the intent's state machine. One attempt goes like this:
 //
-//   - Provider with an idempotency key (Stripe): the intent's key goes with
-//     every call, so a repeat after a lost response is answered with the first
-//     result. No write-ahead commit is needed; evidence of an earlier attempt
-//     comes from the attempt count and River's job attempt. Once the
-//     provider's key window (measured conservatively from the intent's
-//     creation) has passed, an intent that may already have been attempted is
-//     ambiguous instead of being repeated.
-//   - Provider without a key (SendGrid): the attempt is committed as started,
-//     and the intent as dispatching, before the call. An intent found
-//     dispatching means a dispatcher stopped during a call: ambiguous.
-//   - The outcome (providers.Outcome) decides the next state. Succeeded and
+//   - Claim: the intent moves to dispatching under a new attempt number, in
+//     one statement committed before the call, for every provider. The first
+//     claim of a key generation fixes the key the provider is sent
+//     (intenttype.ProviderKey: the deployment's namespace, the generation,
+//     the intent's key) and starts its key window.
+//   - Call: a provider with an idempotency key (Stripe) gets the same key on
+//     every attempt, so a repeat after a lost response is answered with the
+//     first result. A provider without one (SendGrid) is never called again
+//     after an attempt that may have reached it.
+//   - Settle: the outcome (providers.Outcome) decides the next state, and
+//     applies only while the attempt still holds the claim. An attempt that
+//     may have reached the provider (anything but proof that it did not:
+//     providers.AttemptError.DidNotAct) is remembered for good. Succeeded and
 //     failed are terminal; retry schedules another attempt with exponential
 //     backoff and jitter (or after the provider's Retry-After); ambiguous is
-//     reconciled against the provider where it can be asked, and otherwise
-//     held in_doubt for an operator. It is never blindly repeated.
+//     reconciled against the provider.
+//   - Reconcile: the provider is asked by the namespace and key carried in
+//     its metadata. Found: succeeded. Absence proven by a consistent read,
+//     once no request can still be in progress: pending under a new key.
+//     Otherwise in_doubt, looked up again later (Recheck), then left to an
+//     operator. Running out of attempts, a refusal after a possible effect,
+//     and a key window that has passed all go here, never to failed.
 //   - The outcome, its attempt row and the completion of the job commit in
-//     one transaction (River's JobCompleteTx), so a job re-run after a lost
-//     completion finds its intent terminal and does nothing.
+//     one transaction, sent again on a transient database error, so a known
+//     outcome is not lost and a job re-run after a lost completion finds its
+//     intent terminal and does nothing.
 //
-// Attempts per intent are bounded (Config.MaxAttempts). A periodic sweep,
-// run by River's elected leader, re-enqueues any pending or dispatching
-// intent that has no live job, so no intent is ever stranded.
+// An intent found dispatching was claimed by an attempt that never settled
+// (a crash, a lost settlement): within a keyed provider's window the next
+// attempt takes it over with the same key; otherwise it is reconciled.
+//
+// Attempts per intent are bounded (Config.MaxAttempts); an operator's resend
+// grants a fresh budget. A periodic sweep, run by River's elected leader,
+// re-enqueues any pending or dispatching intent that has no live job, so no
+// intent is ever stranded.
 package dispatcher

@@ -1,7 +1,7 @@
 package audit
 
 // The audit's SQL, in one place. Tables are created by
-// migrations/001_outbox.up.sql; resend_requested_at by 002.
+// migrations/001 to 003. Every write is internal/intentstore's.
 
 // intentColumns is what every query returning intents selects, in the order
 // scanIntent reads.

@@ -111,6 +111,8 @@ func ClassifyTransport(err error, keyed bool) *AttemptError {
 // RequestNeverSent reports whether err proves that a request never reached
 // the provider. Only these count as proof:
 //
+//   - a *NotSentError, UnkeyedClient's proof that no connection was ever
+//     obtained for the request;
 //   - a dial error (a *net.OpError whose Op is "dial", also inside a
 //     proxy's "proxyconnect" error): no connection was made;
 //   - a *net.DNSError: the host could not be resolved;
@@ -124,10 +126,15 @@ func ClassifyTransport(err error, keyed bool) *AttemptError {
 // a reset, an EOF, a TLS alert, and a tls.RecordHeaderError, which is
 // returned both by a handshake with a server that does not speak TLS and by
 // a garbled record read on an established connection, after the request
-// was written.
+// was written. (Through UnkeyedClient, a handshake failure of any kind is
+// proven by its *NotSentError instead.)
 func RequestNeverSent(err error) bool {
 	if err == nil {
 		return false
+	}
+	var notSent *NotSentError
+	if errors.As(err, &notSent) {
+		return true
 	}
 	if inChain(err, isDialError) {
 		return true

@@ -13,6 +13,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/outbox/providers"
 )
@@ -31,6 +32,8 @@ func TestRequestNeverSent(t *testing.T) {
 		{"Nil", nil, false},
 
 		// Proofs.
+		{"NotSentError", &providers.NotSentError{Err: context.Canceled}, true},
+		{"NotSentErrorInURLError", urlErr(&providers.NotSentError{Err: errors.New("tls: handshake failure")}), true},
 		{"DialRefused", urlErr(dial), true},
 		{"DialThroughAProxy", urlErr(&net.OpError{Op: "proxyconnect", Net: "tcp", Err: dial}), true},
 		{"DNS", urlErr(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "api.example.com", IsNotFound: true}}), true},
@@ -77,5 +80,19 @@ func TestRequestNeverSent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A real refused connection and a real failed handshake, through a plain
+// client: the errors net/http returns carry their proof.
+func TestRequestNeverSentFromRealErrors(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := &http.Client{Transport: providers.NewHTTPTransport()}
+	_, err := post(ctx, t, c, "http://"+closedAddr(t), nil)
+	var opErr *net.OpError
+	if !errors.As(err, &opErr) || !providers.RequestNeverSent(err) {
+		t.Fatalf("connection refused: RequestNeverSent(%v) = false", err)
 	}
 }

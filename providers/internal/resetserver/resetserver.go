@@ -29,6 +29,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,7 +67,7 @@ type Config struct {
 type Delivery struct {
 	// Proto is "HTTP/2.0" or "HTTP/1.1".
 	Proto string
-	// Method and Path are the request's.
+	// Method and Path are the request's; Path is without the query.
 	Method, Path string
 	// Body is the whole request body.
 	Body []byte
@@ -319,7 +320,8 @@ func (s *Server) serveH2(c *tls.Conn) {
 			}
 		case *http2.MetaHeadersFrame:
 			id := f.Header().StreamID
-			streams[id] = &stream{method: f.PseudoValue("method"), path: f.PseudoValue("path")}
+			path, _, _ := strings.Cut(f.PseudoValue("path"), "?")
+			streams[id] = &stream{method: f.PseudoValue("method"), path: path}
 			if f.StreamEnded() && !end(id) {
 				return
 			}

@@ -93,11 +93,11 @@ func Classify(err error) *AttemptError {
 }
 
 // ClassifyTransport classifies an error that ended an HTTP call before any
-// response arrived. A request that never left (dial, DNS or TLS failure, or a
-// context that ended before the call) is OutcomeRetry for every provider.
-// Otherwise the request may have reached the provider: with an idempotency
-// key that is OutcomeRetry (the key makes the repeat safe), without one it is
-// OutcomeAmbiguous.
+// response arrived. A request proven never to have left (RequestNeverSent)
+// is OutcomeRetry with DidNotAct set, for every provider. Otherwise the
+// request may have reached the provider: with an idempotency key that is
+// OutcomeRetry (the key makes the repeat safe), without one it is
+// OutcomeAmbiguous; DidNotAct stays false in both cases.
 func ClassifyTransport(err error, keyed bool) *AttemptError {
 	if RequestNeverSent(err) {
 		return &AttemptError{Outcome: OutcomeRetry, Err: err, DidNotAct: true}
@@ -109,23 +109,38 @@ func ClassifyTransport(err error, keyed bool) *AttemptError {
 }
 
 // RequestNeverSent reports whether err proves that a request never reached
-// the provider: the connection could not be made, the host could not be
-// resolved, or the TLS handshake failed. Timeouts and resets after the
-// connection was made prove nothing and return false.
+// the provider. Only these count as proof:
+//
+//   - a *NotSentError, UnkeyedClient's proof that no connection was ever
+//     obtained for the request;
+//   - a dial error (a *net.OpError whose Op is "dial", also inside a
+//     proxy's "proxyconnect" error): no connection was made;
+//   - a *net.DNSError: the host could not be resolved;
+//   - a certificate verification failure (*tls.CertificateVerificationError,
+//     x509.UnknownAuthorityError, x509.HostnameError,
+//     x509.CertificateInvalidError): certificates are verified during the
+//     handshake, before any request is written. This assumes TLS
+//     renegotiation is off, as it is unless tls.Config.Renegotiation is set.
+//
+// Anything else returns false, since the request may have left: a timeout,
+// a reset, an EOF, a TLS alert, and a tls.RecordHeaderError, which is
+// returned both by a handshake with a server that does not speak TLS and by
+// a garbled record read on an established connection, after the request
+// was written. (Through UnkeyedClient, a handshake failure of any kind is
+// proven by its *NotSentError instead.)
 func RequestNeverSent(err error) bool {
 	if err == nil {
 		return false
 	}
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && opErr.Op == "dial" {
+	var notSent *NotSentError
+	if errors.As(err, &notSent) {
+		return true
+	}
+	if inChain(err, isDialError) {
 		return true
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
-		return true
-	}
-	var recordErr tls.RecordHeaderError
-	if errors.As(err, &recordErr) {
 		return true
 	}
 	var certErr *tls.CertificateVerificationError
@@ -136,8 +151,43 @@ func RequestNeverSent(err error) bool {
 	if errors.As(err, &unknownAuth) {
 		return true
 	}
+	var invalidErr x509.CertificateInvalidError
+	if errors.As(err, &invalidErr) {
+		return true
+	}
 	var hostnameErr x509.HostnameError
 	return errors.As(err, &hostnameErr)
+}
+
+// isDialError reports whether err itself is a failed dial.
+func isDialError(err error) bool {
+	opErr, ok := err.(*net.OpError)
+	return ok && opErr.Op == "dial"
+}
+
+// inChain reports whether match holds for err or any error it wraps. Unlike
+// errors.As it does not stop at the first error of a type: a proxy's
+// *net.OpError{Op: "proxyconnect"} wraps the dial's *net.OpError.
+func inChain(err error, match func(error) bool) bool {
+	for err != nil {
+		if match(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if inChain(e, match) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // ContextEndedBeforeCall reports whether ctx was already done, so a call made

@@ -64,9 +64,15 @@ type Config struct {
 	// Defaults to DefaultBaseURL.
 	BaseURL string
 	// HTTPClient makes the calls. Defaults to a client with Timeout
-	// DefaultTimeout that does not follow redirects. A client without a
-	// timeout can hang an attempt forever: sendgrid-go's rest.DefaultClient
-	// is such a client and is never used.
+	// DefaultTimeout over providers.NewUnkeyedHTTPTransport (HTTP/1.1).
+	// A client without a timeout can hang an attempt forever:
+	// sendgrid-go's rest.DefaultClient is such a client and is never used.
+	//
+	// SendGrid has no idempotency key, so the client is always used
+	// through providers.UnkeyedClient, default or not: redirects are not
+	// followed (the client's CheckRedirect is ignored) and no layer of
+	// net/http may send a request twice (its HTTP/2 retry after a stream
+	// reset, a keep-alive replay). The given client is not modified.
 	HTTPClient *http.Client
 	// Reconcile enables looking ambiguous attempts up in SendGrid's Email
 	// Activity API. That API is a paid add-on, allows 6 requests a minute
@@ -116,14 +122,12 @@ func New(cfg Config) (*Provider, error) {
 	}
 	httpClient := cfg.HTTPClient
 	if httpClient == nil {
-		httpClient = &http.Client{
-			Timeout:   DefaultTimeout,
-			Transport: providers.NewHTTPTransport(),
-			// A redirected POST could be re-sent elsewhere; SendGrid does
-			// not redirect, so a redirect is answered as it is.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+		httpClient = &http.Client{Timeout: DefaultTimeout, Transport: providers.NewUnkeyedHTTPTransport()}
 	}
+	// Without a key, nothing below the adapter may send a request twice
+	// (DESIGN.md, invariant 6): no followed redirect (SendGrid does not
+	// redirect, so a redirect is answered as it is), no net/http replay.
+	httpClient = providers.UnkeyedClient(httpClient)
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
@@ -203,8 +207,11 @@ func (p *Provider) Redact(kind string, payload json.RawMessage) json.RawMessage 
 //   - other 4xx: OutcomeFailed with SendGrid's message;
 //   - 5xx, or a timeout or lost connection after the request was written:
 //     OutcomeAmbiguous, since SendGrid may have queued the email;
-//   - a request that never left (connection refused, DNS, TLS, or ctx
-//     already done): OutcomeRetry.
+//   - a request proven never to have left (providers.RequestNeverSent:
+//     connection refused, DNS, a failed TLS handshake, no connection
+//     obtained, or ctx already done): OutcomeRetry with DidNotAct.
+//
+// The request is sent once: see Config.HTTPClient.
 //
 // Errors are *providers.AttemptError.
 func (p *Provider) Perform(ctx context.Context, req providers.Request) (providers.Result, error) {

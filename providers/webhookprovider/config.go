@@ -33,9 +33,19 @@ type Config struct {
 	// renaming one strands the intents recorded under the old name.
 	Endpoints map[string]Endpoint
 	// HTTPClient makes the requests. Defaults to a client that does not
-	// follow redirects (a redirected POST could be delivered elsewhere).
-	// Each request is bounded by its endpoint's Timeout, whatever the
-	// client's own timeout.
+	// follow redirects (a redirected POST could be delivered elsewhere),
+	// over providers.NewHTTPTransport when the provider is keyed and over
+	// providers.NewUnkeyedHTTPTransport (HTTP/1.1) when it is not. Each
+	// request is bounded by its endpoint's Timeout, whatever the client's
+	// own timeout.
+	//
+	// When the provider is unkeyed, the client, default or not, is used
+	// through providers.UnkeyedClient: redirects are not followed (the
+	// client's CheckRedirect is ignored) and no layer of net/http may send
+	// a delivery twice (its HTTP/2 retry after a stream reset, a keep-alive
+	// replay, which a keyed endpoint's Idempotency-Key header would
+	// otherwise allow). A keyed provider uses the client as given: the key
+	// makes a repeat harmless. The given client is not modified.
 	HTTPClient *http.Client
 	// Now is the clock used for the signature's timestamp and the body's
 	// created_at. Defaults to time.Now.

@@ -124,10 +124,19 @@ func New(cfg Config) (*Provider, error) {
 		p.keyWindow, p.maxKeyLength = 0, 0
 	}
 	if p.client == nil {
+		transport := providers.NewHTTPTransport()
+		if !p.keyed {
+			transport = providers.NewUnkeyedHTTPTransport()
+		}
 		p.client = &http.Client{
-			Transport:     providers.NewHTTPTransport(),
+			Transport:     transport,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
+	}
+	if !p.keyed {
+		// Without a key, nothing below the adapter may deliver twice
+		// (DESIGN.md, invariant 6).
+		p.client = providers.UnkeyedClient(p.client)
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -237,8 +246,9 @@ type envelope struct {
 //   - other 5xx: retry when keyed (a gateway's 502, 503, 504: the key makes
 //     the repeat safe); ambiguous when not.
 //   - 1xx, 3xx (redirects are not followed): ambiguous.
-//   - no response: providers.ClassifyTransport. A request that never left
-//     is retried; after it was written, retry when keyed, ambiguous when not.
+//   - no response: providers.ClassifyTransport. A request proven never to
+//     have left (providers.RequestNeverSent) is retried; otherwise retry
+//     when keyed, ambiguous when not.
 //
 // A payload that fails validation, an empty key, a key with control
 // characters or longer than the endpoint's MaxKeyLength fail without sending.

@@ -29,11 +29,17 @@ func (m Message) validate() error {
 	if m.Consumer == "" {
 		return fmt.Errorf("%w: consumer name is empty", ErrInvalidMessage)
 	}
+	if err := checkText("consumer name", m.Consumer); err != nil {
+		return err
+	}
 	if len(m.Consumer) > MaxConsumerLength || !namePattern.MatchString(m.Consumer) {
 		return fmt.Errorf("%w: consumer name %q must be 1 to %d letters, digits, '_', '.' or '-'", ErrInvalidMessage, m.Consumer, MaxConsumerLength)
 	}
 	if m.ID == "" {
 		return fmt.Errorf("%w: message id is empty", ErrInvalidMessage)
+	}
+	if err := checkText("message id", m.ID); err != nil {
+		return err
 	}
 	if len(m.ID) > MaxMessageIDLength || !printable(m.ID) {
 		return fmt.Errorf("%w: message id must be 1 to %d printable characters, got %d bytes", ErrInvalidMessage, MaxMessageIDLength, len(m.ID))

@@ -139,8 +139,8 @@ func encodePayload(v any) ([]byte, error) {
 		}
 		raw = b
 	}
-	if !json.Valid(raw) {
-		return nil, errors.New("payload is not valid JSON")
+	if err := checkPayload(v, raw); err != nil {
+		return nil, err
 	}
 	return raw, nil
 }

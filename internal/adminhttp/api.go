@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/audit"
+	"github.com/outboxkit/outbox/internal/bytecheck"
 	"github.com/outboxkit/outbox/internal/ingest"
 )
 
@@ -157,8 +158,9 @@ func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// decodeBody decodes one JSON object with no unknown fields. An empty body
-// is allowed when emptyOK.
+// decodeBody decodes one JSON object with no unknown fields and no invalid
+// UTF-8, NUL or lone surrogate escape. An empty body is allowed when
+// emptyOK.
 func decodeBody(body io.Reader, v any, emptyOK bool) error {
 	data, err := io.ReadAll(body)
 	if err != nil {
@@ -172,6 +174,13 @@ func decodeBody(body io.Reader, v any, emptyOK bool) error {
 			return nil
 		}
 		return badRequest("", "request body is empty")
+	}
+	// encoding/json would rewrite invalid UTF-8 and lone surrogate escapes
+	// to U+FFFD: a reason is recorded as sent or not at all.
+	if err := bytecheck.JSON(data); err != nil {
+		var be *bytecheck.Error
+		errors.As(err, &be)
+		return badRequest(be.Path, "request body: %v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

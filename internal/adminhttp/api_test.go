@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/audit"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 func TestAPIListGetAndStats(t *testing.T) {
@@ -276,5 +277,104 @@ func TestAPIRefusesBadInputAndChangesNothing(t *testing.T) {
 	}
 	if after := b.dbState(t); after != before {
 		t.Errorf("bad requests changed the database:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// TestAPIRefusesBadBytesAndChangesNothing sends each text the doors must
+// refuse (invalid UTF-8, NUL, a lone surrogate escape) in every input the
+// server takes: a message's fields, an action's body, X-Actor, every filter
+// parameter, a path, and the dashboard's forms. Each is a 400 naming the
+// field, never a 500 from PostgreSQL and never a silent rewrite, and the
+// database is exactly as before.
+func TestAPIRefusesBadBytesAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{token: testToken})
+	ids := b.record(t, message("m-1", "billing", email("doubt", "r"), email("waiting", "r")))
+	inDoubt := ids[0]
+	b.setState(t, inDoubt, intenttype.StateInDoubt)
+	before := b.dbState(t)
+
+	action := fmt.Sprintf("/api/v1/intents/%d/retry", inDoubt)
+	withText := func(text string) string {
+		return `{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": "` + text + `"}`
+	}
+	type tc struct {
+		name   string
+		rq     req
+		status int
+		field  string // the field the error must name; "" to look only at the text
+		want   string // in the error text
+	}
+	var cases []tc
+	for _, bad := range testkit.BadTexts() {
+		msg := func(id, consumer, ref, text string) req {
+			return req{method: "POST", path: "/api/v1/messages", body: `{"message_id": "` + id + `", "consumer": "` + consumer + `", "intents": [` +
+				`{"kind": "sendgrid.email", "reference": "` + ref + `", "payload": ` + withText(text) + `}]}`}
+		}
+		cases = append(cases,
+			tc{bad.Name + " in a message id", msg(bad.JSON, "c", "r", "t"), 400, "message_id", bad.Problem},
+			tc{bad.Name + " in a consumer", msg("x", bad.JSON, "r", "t"), 400, "consumer", bad.Problem},
+			tc{bad.Name + " in a reference", msg("x", "c", bad.JSON, "t"), 400, "intents[0].reference", bad.Problem},
+			tc{bad.Name + " in a payload", msg("x", "c", "r", bad.JSON), 400, "intents[0].payload.text", bad.Problem},
+			tc{bad.Name + " in a reason", req{method: "POST", path: action, body: `{"reason": "` + bad.JSON + `"}`}, 400, "reason", bad.Problem},
+			tc{bad.Name + " in if_state", req{method: "POST", path: action, body: `{"if_state": "` + bad.JSON + `"}`}, 400, "if_state", bad.Problem},
+		)
+		if bad.Raw == "" {
+			continue
+		}
+		for _, p := range []string{"consumer", "message_id", "reference", "kind", "provider", "state", "cursor", "since"} {
+			cases = append(cases, tc{bad.Name + " in ?" + p, req{path: "/api/v1/intents?" + p + "=" + url.QueryEscape(bad.Raw)}, 400, p, ""})
+		}
+		cases = append(cases,
+			tc{bad.Name + " in a path", req{path: "/api/v1/intents/" + url.PathEscape(bad.Raw)}, 400, "id", "malformed"},
+			tc{bad.Name + " in an action path", req{method: "POST", path: "/api/v1/intents/" + url.PathEscape(bad.Raw) + "/retry"}, 400, "id", "malformed"},
+		)
+		if !strings.Contains(bad.Raw, "\x00") { // net/http sends no NUL in a header
+			cases = append(cases, tc{bad.Name + " in X-Actor", req{method: "POST", path: action, header: map[string]string{"X-Actor": bad.Raw}}, 400, "X-Actor", "invalid UTF-8"})
+		}
+	}
+	for _, c := range cases {
+		r := b.do(t, c.rq)
+		if r.status != c.status {
+			t.Errorf("%s: %s %s answered %s; want %d", c.name, c.rq.method, c.rq.path, r, c.status)
+			continue
+		}
+		msg, field := r.errorFields(t)
+		if field != c.field || !strings.Contains(msg, c.want) {
+			t.Errorf("%s: error %q (field %q); want field %q and %q", c.name, msg, field, c.field, c.want)
+		}
+	}
+
+	// Two message ids that differ only in their invalid bytes would both
+	// decode to "order-\ufffd": both are refused, neither is a duplicate.
+	for _, id := range []string{"order-\xff", "order-\xfe", `order-\ud800`, `order-\ud801`} {
+		body := `{"message_id": "` + id + `", "consumer": "c", "intents": [` + email("", "") + `]}`
+		if r := b.do(t, req{method: "POST", path: "/api/v1/messages", body: body}); r.status != http.StatusBadRequest {
+			t.Errorf("message id %q: %s; want 400", id, r)
+		}
+	}
+
+	// The dashboard: filters, a detail path and an action's form.
+	formHeader := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	for _, bad := range testkit.BadTexts() {
+		if bad.Raw == "" {
+			continue
+		}
+		for _, rq := range []req{
+			{path: "/?reference=" + url.QueryEscape(bad.Raw)},
+			{path: "/intents/" + url.PathEscape(bad.Raw)},
+			{method: "POST", path: fmt.Sprintf("/intents/%d/retry", inDoubt), header: formHeader,
+				body: url.Values{"reason": {bad.Raw}, "confirmed": {"yes"}, "seen_state": {"in_doubt"}}.Encode()},
+			{method: "POST", path: fmt.Sprintf("/intents/%d/retry", inDoubt), header: formHeader,
+				body: url.Values{"reason": {"r"}, "actor": {bad.Raw}, "confirmed": {"yes"}, "seen_state": {"in_doubt"}}.Encode()},
+		} {
+			if r := b.do(t, rq); r.status != http.StatusBadRequest {
+				t.Errorf("dashboard, %s: %s %s answered %d; want 400", bad.Name, rq.method, rq.path, r.status)
+			}
+		}
+	}
+
+	if after := b.dbState(t); after != before {
+		t.Errorf("bad bytes changed the database:\nbefore %s\nafter  %s", before, after)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/audit"
@@ -164,7 +165,13 @@ func checkRef(v string) error {
 	return nil
 }
 
+// printable reports whether s is valid UTF-8 of printable characters only
+// (no NUL, no control characters): ranging over invalid UTF-8 yields
+// U+FFFD, which is printable, so the bytes are checked first.
 func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
 	for _, r := range s {
 		if !unicode.IsPrint(r) {
 			return false

@@ -14,11 +14,16 @@ import (
 // Get returns one intent, payload redacted, with its attempts and events,
 // both oldest first, read in one snapshot. idOrKey is the intent's numeric
 // id or its idempotency key; a number is tried as an id first, then as a
-// key. No such intent: an error wrapping ErrNotFound. An empty idOrKey: a
-// *FieldError wrapping ErrInvalidInput.
+// key. No such intent: an error wrapping ErrNotFound. An empty idOrKey, or
+// one with control characters or invalid UTF-8: a *FieldError wrapping
+// ErrInvalidInput.
 func (s *Store) Get(ctx context.Context, idOrKey string) (Detail, error) {
 	if idOrKey == "" {
 		return Detail{}, inputError("id", "give an intent's id or idempotency key")
+	}
+	if !printable(idOrKey) {
+		// No key holds such bytes, and PostgreSQL would refuse them.
+		return Detail{}, inputError("id", "contains control characters or invalid UTF-8")
 	}
 	var d Detail
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {

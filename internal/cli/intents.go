@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/audit"
+	"github.com/outboxkit/outbox/internal/bytecheck"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
@@ -445,6 +446,9 @@ func parseOnePositional(fs *flag.FlagSet, args []string, env Env, what string) (
 	case 1:
 		if positional[0] == "" {
 			return "", usageErrorf("the intent's %s is empty", what)
+		}
+		if err := bytecheck.String(positional[0]); err != nil {
+			return "", usageErrorf("the intent's %s: %v", what, err)
 		}
 		return positional[0], nil
 	}

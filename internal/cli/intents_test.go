@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // operatorDB is a database with three recorded intents, as `outboxd record`
@@ -410,5 +411,61 @@ func TestIntentsAndStatsHelp(t *testing.T) {
 			t.Errorf("%v --help: %s; want exit 0", tc.args, r)
 		}
 		wantContains(t, fmt.Sprintf("%v --help", tc.args), r.stderr, tc.want...)
+	}
+}
+
+// TestIntentsRefuseBadBytesInFlagsAndArguments gives each text the doors
+// must refuse (invalid UTF-8, NUL) to every operator input of `intents`:
+// list's filters, show's and the actions' ID|KEY, --actor, $USER and
+// --reason. Each is a usage error (exit 2) naming the flag or argument,
+// never a database error, and the database is unchanged.
+func TestIntentsRefuseBadBytesInFlagsAndArguments(t *testing.T) {
+	t.Parallel()
+	db := newOperatorDB(t)
+	db.setState(t, db.receipt, intenttype.StateInDoubt, "ambiguous")
+	snapshot := func() string {
+		var s string
+		if err := db.pool.QueryRow(context.Background(), `SELECT (SELECT json_agg(i ORDER BY id)::text FROM outbox_intents i) ||
+			(SELECT count(*) FROM outbox_events) || '/' || (SELECT count(*) FROM river_job WHERE state <> 'completed')`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := snapshot()
+	receipt := fmt.Sprint(db.receipt)
+	for _, bad := range testkit.BadTexts() {
+		if bad.Raw == "" {
+			continue
+		}
+		for _, tc := range []struct {
+			env  map[string]string
+			args []string
+			want string
+		}{
+			{nil, []string{"list", "--reference", bad.Raw}, "--reference"},
+			{nil, []string{"list", "--message-id", bad.Raw}, "--message-id"},
+			{nil, []string{"list", "--consumer", bad.Raw}, "--consumer"},
+			{nil, []string{"list", "--kind", bad.Raw}, "--kind"},
+			{nil, []string{"list", "--provider", bad.Raw}, "--provider"},
+			{nil, []string{"show", bad.Raw}, "ID|KEY"},
+			{nil, []string{"show", "billing:" + bad.Raw}, "ID|KEY"},
+			{nil, []string{"cancel", bad.Raw, "--reason", "r"}, "ID|KEY"},
+			{nil, []string{"retry", receipt, "--reason", bad.Raw}, "--reason"},
+			{nil, []string{"resolve", receipt, "--as", "failed", "--reason", bad.Raw}, "--reason"},
+			{nil, []string{"cancel", receipt, "--reason", "r", "--actor", bad.Raw}, "--actor"},
+			{vars(db.env, "USER", bad.Raw), []string{"cancel", receipt, "--reason", "r"}, "--actor"},
+		} {
+			env := db.env
+			if tc.env != nil {
+				env = tc.env
+			}
+			r := outboxd(t, invocation{env: env, args: append([]string{"intents"}, tc.args...)})
+			if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("%s: intents %q: %s; want exit 2 naming %s", bad.Name, tc.args, r, tc.want)
+			}
+		}
+	}
+	if after := snapshot(); after != before {
+		t.Errorf("refused commands changed the database:\nbefore %s\nafter  %s", before, after)
 	}
 }

@@ -8,13 +8,16 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 const (
@@ -250,5 +253,88 @@ func TestRecordNeedsNoCredentialsAndRefusesAnOverlongLine(t *testing.T) {
 	wantContains(t, "stderr", r.stderr, "line 1: ", "limit is")
 	if got := countRows(t, pool); fmt.Sprint(got.markers) != "[billing/ok]" {
 		t.Errorf("markers = %v after an oversize payload", got.markers)
+	}
+}
+
+// TestRecordRefusesBadBytesAndWritesNothingOfThem feeds `record` lines
+// holding each text the doors must refuse (invalid UTF-8, NUL, a lone
+// surrogate escape) in a message id, a consumer, a reference and a
+// payload. Each line is reported with its number, the field and the
+// problem; nothing of it is written, and the good lines between them are
+// recorded. Two ids that differ only in their invalid bytes are both
+// refused instead of the second being absorbed as a duplicate.
+func TestRecordRefusesBadBytesAndWritesNothingOfThem(t *testing.T) {
+	t.Parallel()
+	pool, dbURL := pgtest.NewDB(t)
+	env := map[string]string{"DATABASE_URL": dbURL}
+	withText := func(text string) string {
+		return `{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": "` + text + `"}`
+	}
+	raw := func(id, consumer, ref, text string) string {
+		return `{"message_id": "` + id + `", "consumer": "` + consumer + `", "intents": [{"kind": "sendgrid.email", "reference": "` + ref + `", "payload": ` + withText(text) + `}]}`
+	}
+	type inputLine struct {
+		line, field, problem string // field and problem are "" for a good line
+	}
+	var input []inputLine
+	for i, bad := range testkit.BadTexts() {
+		input = append(input,
+			inputLine{raw(bad.JSON, "billing", "r", "t"), "message_id", bad.Problem},
+			inputLine{raw(fmt.Sprintf("good-%d", i), "billing", "r", "t"), "", ""},
+			inputLine{raw("m", bad.JSON, "r", "t"), "consumer", bad.Problem},
+			inputLine{raw("m", "billing", bad.JSON, "t"), "intents[0].reference", bad.Problem},
+			inputLine{raw("m", "billing", "r", bad.JSON), "intents[0].payload.text", bad.Problem},
+		)
+	}
+	// Would both be "order-\ufffd" once decoded.
+	input = append(input,
+		inputLine{raw("order-\xff", "billing", "r", "t"), "message_id", "invalid UTF-8"},
+		inputLine{raw("order-\xfe", "billing", "r", "t"), "message_id", "invalid UTF-8"},
+	)
+	var in strings.Builder
+	for _, l := range input {
+		in.WriteString(l.line + "\n")
+	}
+	r := outboxd(t, invocation{env: env, stdin: in.String(), args: []string{"record"}})
+	if r.code != 1 {
+		t.Fatalf("record with bad bytes: %s; want exit 1", r)
+	}
+	reported := map[int]string{}
+	for _, l := range strings.Split(r.stderr, "\n") {
+		var n int
+		if _, err := fmt.Sscanf(l, "line %d:", &n); err == nil {
+			reported[n] = l
+		}
+	}
+	var bad, good int
+	var wantMarkers []string
+	for i, l := range input {
+		n := i + 1
+		got, ok := reported[n]
+		switch {
+		case l.field == "":
+			good++
+			wantMarkers = append(wantMarkers, "billing/"+strings.Split(l.line, `"`)[3])
+			if ok {
+				t.Errorf("good line %d reported: %s", n, got)
+			}
+		case !ok:
+			bad++
+			t.Errorf("line %d (%q) not reported", n, l.line)
+		default:
+			bad++
+			if !strings.Contains(got, `field "`+l.field+`"`) || !strings.Contains(got, l.problem) {
+				t.Errorf("line %d reported as %q; want it to name field %q and say %s", n, got, l.field, l.problem)
+			}
+		}
+	}
+	wantContains(t, "stdout", r.stdout, fmt.Sprintf("%d lines: %d messages recorded with %d intents, 0 duplicates absorbed, %d bad lines", len(input), good, good, bad))
+	if !utf8.ValidString(r.stderr) {
+		t.Errorf("stderr is not valid UTF-8:\n%q", r.stderr)
+	}
+	sort.Strings(wantMarkers)
+	got := countRows(t, pool)
+	if fmt.Sprint(got.markers) != fmt.Sprint(wantMarkers) || len(got.intents) != good || got.jobs != good {
+		t.Errorf("rows = %+v; want only the good lines' markers %v, one intent and job each", got, wantMarkers)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/internal/bytecheck"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -46,6 +47,7 @@ type Intent struct {
 var ErrInvalidInput = errors.New("invalid message")
 
 // InputError is a message that cannot be recorded as given: malformed JSON,
+// invalid UTF-8, a NUL or a lone surrogate escape anywhere in it,
 // an unknown or missing field, an invalid consumer or message id, or an
 // intent its provider refuses. Nothing of the message was written. Its text
 // names the offending field and never holds a payload's values beyond what
@@ -66,9 +68,18 @@ func (e *InputError) Error() string { return e.Err.Error() }
 func (e *InputError) Unwrap() []error { return []error{e.Err, ErrInvalidInput} }
 
 // Decode parses data, which must hold exactly one JSON object in the
-// Message format with no unknown fields and at least one intent. Its errors
-// are *InputError.
+// Message format with no unknown fields and at least one intent, and no
+// invalid UTF-8, NUL (raw or \u0000) or lone surrogate escape anywhere.
+// Its errors are *InputError.
 func Decode(data []byte) (Message, error) {
+	// encoding/json would rewrite invalid UTF-8 and lone surrogate escapes
+	// to U+FFFD, so two different message ids could become one; the raw
+	// bytes are checked first, and such a message is refused whole.
+	if err := bytecheck.JSON(data); err != nil {
+		var be *bytecheck.Error
+		errors.As(err, &be)
+		return Message{}, &InputError{Field: be.Path, Err: err}
+	}
 	var msg Message
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -174,7 +185,13 @@ func classify(err error) error {
 	case errors.As(err, &intentErr):
 		field := fmt.Sprintf("intents[%d]", intentErr.Index)
 		var payloadErr *providers.PayloadError
+		var bytesErr *bytecheck.Error
 		switch {
+		case errors.As(err, &bytesErr):
+			field += ".payload"
+			if bytesErr.Path != "" {
+				field += "." + bytesErr.Path
+			}
 		case errors.As(err, &payloadErr):
 			field += ".payload"
 			if payloadErr.Field != "" {

@@ -1,0 +1,220 @@
+// Package bytecheck finds the bytes that must be refused at the door
+// (DESIGN.md, "Bytes are checked at the door"): invalid UTF-8, NUL, and in
+// JSON the escapes that encoding/json would silently rewrite or that
+// PostgreSQL refuses: \u0000 and a lone surrogate such as \ud800.
+// encoding/json turns invalid UTF-8 and lone surrogates into U+FFFD, so two
+// different ids would become one; jsonb and text refuse NUL. Checking the
+// raw bytes before decoding refuses both instead.
+package bytecheck
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Error says where the first bad byte or escape is.
+type Error struct {
+	// Offset is the problem's byte offset in the checked input.
+	Offset int
+	// Path is the JSON path of the value holding the problem
+	// ("intents[0].payload.to[0].email"), or of the object whose key holds
+	// it when InKey; empty for a plain string or the top level.
+	Path  string
+	InKey bool
+	// Problem says what is wrong: "invalid UTF-8 (byte 0xff)", "NUL byte",
+	// "NUL escape \u0000", "lone surrogate escape \ud800".
+	Problem string
+}
+
+func (e *Error) Error() string {
+	where := ""
+	switch {
+	case e.InKey && e.Path != "":
+		where = fmt.Sprintf("a key in field %q: ", e.Path)
+	case e.InKey:
+		where = "a key: "
+	case e.Path != "":
+		where = fmt.Sprintf("field %q: ", e.Path)
+	}
+	return fmt.Sprintf("%s%s at offset %d (text must be valid UTF-8 without NUL)", where, e.Problem, e.Offset)
+}
+
+// String reports the first invalid UTF-8 sequence or NUL in s.
+func String(s string) error {
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == 0:
+			return &Error{Offset: i, Problem: "NUL byte"}
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				return &Error{Offset: i, Problem: invalidUTF8(c)}
+			}
+			i += size
+		}
+	}
+	return nil
+}
+
+// frame is one open object or array on the way to the current value.
+type frame struct {
+	object  bool
+	wantKey bool   // object: the next string is a key
+	key     string // object: the current member's key
+	index   int    // array: the current element's index
+}
+
+// JSON reports the first invalid UTF-8 sequence, NUL (raw or escaped) or
+// lone surrogate escape in data, naming the JSON path of the value that
+// holds it. It does not check JSON syntax: malformed input is scanned as
+// far as it goes and left for the decoder to report.
+func JSON(data []byte) error {
+	var stack []frame
+	fail := func(offset int, inKey bool, problem string) error {
+		return &Error{Offset: offset, Path: path(stack, inKey), InKey: inKey, Problem: problem}
+	}
+	for i := 0; i < len(data); {
+		c := data[i]
+		switch {
+		case c == '"':
+			inKey := len(stack) > 0 && stack[len(stack)-1].object && stack[len(stack)-1].wantKey
+			end, offset, problem := scanString(data, i)
+			if problem != "" {
+				return fail(offset, inKey, problem)
+			}
+			if inKey {
+				top := &stack[len(stack)-1]
+				top.key, top.wantKey = keyText(data[i:end]), false
+			}
+			i = end
+		case c == '{':
+			stack = append(stack, frame{object: true, wantKey: true})
+			i++
+		case c == '[':
+			stack = append(stack, frame{})
+			i++
+		case c == '}' || c == ']':
+			if len(stack) > 0 {
+				stack = stack[:len(stack)-1]
+			}
+			i++
+		case c == ',':
+			if len(stack) > 0 {
+				top := &stack[len(stack)-1]
+				if top.object {
+					top.wantKey = true
+				} else {
+					top.index++
+				}
+			}
+			i++
+		case c == 0:
+			return fail(i, false, "NUL byte")
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRune(data[i:])
+			if r == utf8.RuneError && size == 1 {
+				return fail(i, false, invalidUTF8(c))
+			}
+			i += size
+		}
+	}
+	return nil
+}
+
+// scanString scans the JSON string starting with the quote at data[start]
+// and returns the offset just past its closing quote, or the offset and
+// description of its first problem.
+func scanString(data []byte, start int) (end, offset int, problem string) {
+	i := start + 1
+	for i < len(data) {
+		c := data[i]
+		switch {
+		case c == '"':
+			return i + 1, 0, ""
+		case c == '\\':
+			if i+1 < len(data) && data[i+1] == 'u' {
+				v, ok := hex4(data, i+2)
+				if !ok {
+					i += 2 // malformed: the decoder reports it
+					continue
+				}
+				switch {
+				case v == 0:
+					return 0, i, `NUL escape \u0000`
+				case v >= 0xd800 && v < 0xdc00:
+					if i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
+						if low, ok := hex4(data, i+8); ok && low >= 0xdc00 && low <= 0xdfff {
+							i += 12
+							continue
+						}
+					}
+					return 0, i, `lone surrogate escape \` + string(data[i+1:i+6])
+				case v >= 0xdc00 && v <= 0xdfff:
+					return 0, i, `lone surrogate escape \` + string(data[i+1:i+6])
+				}
+				i += 6
+				continue
+			}
+			i += 2
+		case c == 0:
+			return 0, i, "NUL byte"
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRune(data[i:])
+			if r == utf8.RuneError && size == 1 {
+				return 0, i, invalidUTF8(c)
+			}
+			i += size
+		}
+	}
+	return len(data), 0, "" // unterminated: the decoder reports it
+}
+
+// hex4 parses the four hex digits at data[i:i+4].
+func hex4(data []byte, i int) (rune, bool) {
+	if i+4 > len(data) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(data[i:i+4]), 16, 16)
+	return rune(v), err == nil
+}
+
+// keyText is the text of a JSON string already scanned clean.
+func keyText(quoted []byte) string {
+	var s string
+	if err := json.Unmarshal(quoted, &s); err != nil {
+		return strings.Trim(string(quoted), `"`)
+	}
+	return s
+}
+
+// path renders the JSON path of the current value; with inKey, of the
+// object whose key is being read.
+func path(stack []frame, inKey bool) string {
+	var b strings.Builder
+	for j, f := range stack {
+		if !f.object {
+			fmt.Fprintf(&b, "[%d]", f.index)
+			continue
+		}
+		if j == len(stack)-1 && (inKey || f.wantKey) {
+			break
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(f.key)
+	}
+	return b.String()
+}
+
+func invalidUTF8(c byte) string { return fmt.Sprintf("invalid UTF-8 (byte 0x%02x)", c) }

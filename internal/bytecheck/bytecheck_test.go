@@ -1,0 +1,133 @@
+package bytecheck_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/outboxkit/outbox/internal/bytecheck"
+	"github.com/outboxkit/outbox/internal/testkit"
+)
+
+// TestJSONFindsEveryBadTextAndNamesItsPath puts each bad text in every
+// position of a message (a value, a nested value, an array element, a key)
+// and checks the error's path, offset and problem.
+func TestJSONFindsEveryBadTextAndNamesItsPath(t *testing.T) {
+	t.Parallel()
+	for _, bad := range testkit.BadTexts() {
+		for _, pos := range []struct {
+			doc, path string
+			inKey     bool
+		}{
+			{`{"message_id": "%s", "consumer": "c"}`, "message_id", false},
+			{`{"message_id": "m", "consumer": "%s"}`, "consumer", false},
+			{`{"m": "x", "intents": [{"kind": "k"}, {"kind": "k", "payload": {"to": [{"email": "a"}, {"email": "%s"}]}}]}`, "intents[1].payload.to[1].email", false},
+			{`{"intents": [{"payload": {"%s": 1}}]}`, "intents[0].payload", true},
+			{`["a", "b", "%s"]`, "[2]", false},
+			{`"%s"`, "", false},
+		} {
+			doc := strings.Replace(pos.doc, "%s", bad.JSON, 1)
+			err := bytecheck.JSON([]byte(doc))
+			var be *bytecheck.Error
+			if !errors.As(err, &be) {
+				t.Errorf("%s in %s: no error", bad.Name, pos.doc)
+				continue
+			}
+			if be.Path != pos.path || be.InKey != pos.inKey || !strings.Contains(be.Problem, bad.Problem) {
+				t.Errorf("%s in %s: %+v; want path %q (key %v), problem %q", bad.Name, pos.doc, be, pos.path, pos.inKey, bad.Problem)
+			}
+			if want := strings.Index(doc, "id-") + 3; be.Offset != want {
+				t.Errorf("%s in %s: offset %d, want %d", bad.Name, pos.doc, be.Offset, want)
+			}
+			if pos.path != "" && !strings.Contains(err.Error(), `"`+pos.path+`"`) {
+				t.Errorf("%s: error %q does not name %q", bad.Name, err, pos.path)
+			}
+			if !utf8.ValidString(err.Error()) {
+				t.Errorf("%s: the error text is not valid UTF-8: %q", bad.Name, err)
+			}
+		}
+	}
+}
+
+func TestJSONAcceptsGoodText(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{
+		`{"message_id": "order-42", "consumer": "billing"}`,
+		`{"text": "caf\u00e9 café 日本 😀 \ud83d\ude00 \uD83D\uDE00 \"quoted\" \\u0000 back\\slash \n"}`,
+		`{"a": [1, 2.5e3, true, false, null, {"b": []}], "c": "\u0001 is a control but not NUL"}`,
+		`{"replacement char": "\ufffd �"}`,
+		``,
+		`{"unterminated": "abc`,
+		`{"bad escape": "\u12"}`,
+	} {
+		if err := bytecheck.JSON([]byte(doc)); err != nil {
+			t.Errorf("%s: %v", doc, err)
+		}
+	}
+}
+
+func TestStringRefusesInvalidUTF8AndNUL(t *testing.T) {
+	t.Parallel()
+	for _, bad := range testkit.BadTexts() {
+		if bad.Raw == "" {
+			continue
+		}
+		err := bytecheck.String(bad.Raw)
+		var be *bytecheck.Error
+		if !errors.As(err, &be) || be.Offset != 3 || !strings.Contains(be.Problem, bad.Problem) {
+			t.Errorf("%s: %v; want %s at offset 3", bad.Name, err, bad.Problem)
+		}
+	}
+	for _, good := range []string{"", "order-42", "café 日本 😀", "\ufffd", "tab\tand\nnewline"} {
+		if err := bytecheck.String(good); err != nil {
+			t.Errorf("%q: %v", good, err)
+		}
+	}
+}
+
+// FuzzJSONNothingIsRewritten: whatever JSON passes the check decodes
+// without a single replacement character that was not in the input, and
+// holds no NUL; whatever encoding/json would rewrite is refused.
+func FuzzJSONNothingIsRewritten(f *testing.F) {
+	for _, bad := range testkit.BadTexts() {
+		f.Add(`{"id": "` + bad.JSON + `"}`)
+	}
+	f.Add(`{"id": "\ud83d\ude00", "k\u00e9": ["\ufffd", "�"]}`)
+	f.Fuzz(func(t *testing.T, doc string) {
+		var v any
+		if json.Unmarshal([]byte(doc), &v) != nil {
+			return
+		}
+		if bytecheck.JSON([]byte(doc)) != nil {
+			return
+		}
+		var decoded strings.Builder
+		collectStrings(v, &decoded)
+		got := decoded.String()
+		want := strings.Count(doc, "\ufffd") + strings.Count(strings.ToLower(doc), `\ufffd`)
+		if n := strings.Count(got, "\ufffd"); n > want {
+			t.Errorf("%q passed the check but decoded with %d replacement characters, %d in the input", doc, n, want)
+		}
+		if strings.Contains(got, "\x00") {
+			t.Errorf("%q passed the check but decoded with a NUL", doc)
+		}
+	})
+}
+
+func collectStrings(v any, out *strings.Builder) {
+	switch v := v.(type) {
+	case string:
+		out.WriteString(v)
+	case []any:
+		for _, e := range v {
+			collectStrings(e, out)
+		}
+	case map[string]any:
+		for k, e := range v {
+			out.WriteString(k)
+			collectStrings(e, out)
+		}
+	}
+}

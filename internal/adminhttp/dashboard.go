@@ -380,10 +380,39 @@ type loginBody struct {
 	Error string
 }
 
-// safeNext keeps a post-login redirect on this server.
+// maxNextLen bounds a post-login redirect target.
+const maxNextLen = 2048
+
+// safeNext keeps a post-login redirect on this server: it returns next
+// when it is a clean local path, and the dashboard's root otherwise.
+//
+// Browsers drop tabs and newlines anywhere in a URL, trim leading control
+// characters and spaces, and read '\' as '/', so "/\t/evil.example" or
+// "/\\evil.example" is followed to another host just like
+// "//evil.example". Only printable ASCII without spaces or backslashes is
+// accepted (a path this server sent is escaped to that), it must begin
+// with exactly one '/', and it must parse as a path with neither scheme
+// nor host whose decoded form passes the same rules.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
-		return "/"
+	const root = "/"
+	if len(next) == 0 || len(next) > maxNextLen || next[0] != '/' {
+		return root
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return root
+		}
+	}
+	if len(next) > 1 && next[1] == '/' {
+		return root
+	}
+	// Decoded, the path must pass the same rules: a proxy or a later hop
+	// may decode "/%2F%2Fevil.example" into "//evil.example".
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") ||
+		strings.ContainsFunc(u.Path, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '\\' }) {
+		return root
 	}
 	return next
 }

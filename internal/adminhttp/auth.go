@@ -163,8 +163,15 @@ func loopbackHost(host string) bool {
 	return IsLoopback(host)
 }
 
+// secureCookie reports whether a cookie set in answer to r must be Secure:
+// the request came over TLS, or the operator said a proxy terminates TLS
+// in front of this server.
+func (s *Server) secureCookie(r *http.Request) bool {
+	return r.TLS != nil || s.cfg.TLSTerminated
+}
+
 // setSessionCookie starts a session in the browser. The cookie is
-// HttpOnly, SameSite=Strict, and Secure when the request came over TLS.
+// HttpOnly, SameSite=Strict, and Secure (see secureCookie).
 func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, value string) {
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
@@ -172,7 +179,7 @@ func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, value 
 		Path:     "/",
 		MaxAge:   int(s.cfg.SessionTTL / time.Second),
 		HttpOnly: true,
-		Secure:   r.TLS != nil,
+		Secure:   s.secureCookie(r),
 		SameSite: http.SameSiteStrictMode,
 	})
 }
@@ -180,6 +187,6 @@ func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, value 
 func (s *Server) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		HttpOnly: true, Secure: s.secureCookie(r), SameSite: http.SameSiteStrictMode,
 	})
 }

@@ -79,7 +79,8 @@ func (c *testClock) Advance(d time.Duration) {
 }
 
 type setupOpts struct {
-	token string
+	token         string
+	tlsTerminated bool
 }
 
 // setup starts an admin server on a loopback port over a fresh database.
@@ -100,6 +101,8 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		Pool:     pool,
 		Gatherer: gatherer,
 		Now:      clock.Now,
+
+		TLSTerminated: opts.tlsTerminated,
 	})
 	if err != nil {
 		t.Fatal(err)

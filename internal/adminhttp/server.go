@@ -10,6 +10,8 @@
 // /login with the token and gets an HttpOnly, SameSite=Strict session cookie
 // that holds an HMAC derived from the token, never the token itself; it
 // expires after Config.SessionTTL and is void as soon as the token changes.
+// The cookie is Secure when the request came over TLS, or always when
+// Config.TLSTerminated says a proxy terminates TLS in front of the server.
 // /healthz is always open; /readyz, /metrics, the API, the dashboard and
 // /riverui/ require the token when one is set.
 //
@@ -110,6 +112,11 @@ type Config struct {
 	// SessionTTL is how long a dashboard sign-in lasts. Defaults to
 	// DefaultSessionTTL.
 	SessionTTL time.Duration
+	// TLSTerminated says that browsers reach the server over HTTPS through
+	// a proxy that terminates TLS in front of it, so the session cookie is
+	// marked Secure even though requests arrive over plain HTTP. Without
+	// it, the cookie is Secure only on a request that came over TLS.
+	TLSTerminated bool
 	// Logger receives request errors and sign-in failures, never a secret.
 	// Defaults to discarding.
 	Logger *slog.Logger

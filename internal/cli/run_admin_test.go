@@ -34,6 +34,7 @@ func TestRunRefusesAnExposedAdminServerWithoutToken(t *testing.T) {
 		{[]string{"--admin-addr", ":9090"}, vars(env, "OUTBOXD_ADMIN_TOKEN", "short"), 2, []string{"OUTBOXD_ADMIN_TOKEN must be at least 16 bytes"}},
 		{[]string{"--admin-addr", ":9090"}, vars(env, "OUTBOXD_ADMIN_TOKEN_FILE", "/nonexistent/admin-token"), 1, []string{"OUTBOXD_ADMIN_TOKEN_FILE"}},
 		{[]string{"--admin-addr", "8080"}, env, 2, []string{"--admin-addr", "host:port"}},
+		{nil, vars(env, "OUTBOXD_ADMIN_TLS_TERMINATED", "maybe"), 2, []string{"OUTBOXD_ADMIN_TLS_TERMINATED", "--admin-tls-terminated"}},
 	} {
 		r := outboxd(t, invocation{env: tc.env, args: append([]string{"run"}, tc.args...)})
 		if r.code != tc.code {
@@ -53,7 +54,7 @@ var adminListening = regexp.MustCompile(`admin server listening.*addr=(127\.0\.0
 // metrics and the API next to the dispatcher, and stops with it.
 func TestRunServesTheAdminServer(t *testing.T) {
 	t.Parallel()
-	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", "127.0.0.1:0")...)
+	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", "127.0.0.1:0", "--admin-tls-terminated")...)
 	var base string
 	deadline := time.Now().Add(30 * time.Second)
 	for base == "" {
@@ -84,6 +85,16 @@ func TestRunServesTheAdminServer(t *testing.T) {
 	}
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("/metrics: %d, want Prometheus metrics", code)
+	}
+	// --admin-tls-terminated: the dashboard's session cookie is Secure
+	// though this request is plain HTTP.
+	if resp, err := http.Get(base + "/"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if cs := resp.Cookies(); len(cs) != 1 || !cs[0].Secure {
+			t.Errorf("GET / with --admin-tls-terminated set cookies %v; want one Secure session cookie", cs)
+		}
 	}
 
 	// A message posted to the API is recorded and performed.

@@ -437,11 +437,20 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	client := clientKey(r)
+	if ok, wait := s.logins.take(client); !ok {
+		secs := int64((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		s.cfg.Logger.DebugContext(r.Context(), "admin sign-in refused: too many failed sign-ins", "remote_addr", r.RemoteAddr, "retry_after_seconds", secs)
+		s.render(w, r, http.StatusTooManyRequests, "login.html", "Sign in", loginBody{Next: next, Error: fmt.Sprintf("Too many failed sign-ins from your address: try again in %d seconds.", secs)})
+		return
+	}
 	if !s.keys.tokenMatches(strings.TrimSpace(r.PostForm.Get("token"))) {
 		s.cfg.Logger.WarnContext(r.Context(), "admin sign-in refused: wrong token", "remote_addr", r.RemoteAddr)
 		s.render(w, r, http.StatusUnauthorized, "login.html", "Sign in", loginBody{Next: next, Error: "That token is not right."})
 		return
 	}
+	s.logins.refund(client)
 	v, err := s.keys.newSession(s.cfg.Now())
 	if err != nil {
 		s.renderError(w, r, http.StatusInternalServerError, "Could not start a session.")

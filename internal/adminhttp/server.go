@@ -10,6 +10,9 @@
 // /login with the token and gets an HttpOnly, SameSite=Strict session cookie
 // that holds an HMAC derived from the token, never the token itself; it
 // expires after Config.SessionTTL and is void as soon as the token changes.
+// Failed sign-ins are bounded per client address (LoginFailureBurst in a
+// row, then one per LoginFailureRefill); beyond that /login answers 429
+// with Retry-After, even to the right token.
 // The cookie is Secure when the request came over TLS, or always when
 // Config.TLSTerminated says a proxy terminates TLS in front of the server.
 // /healthz is always open; /readyz, /metrics, the API, the dashboard and
@@ -187,6 +190,7 @@ func (c Config) withDefaults() (Config, error) {
 type Server struct {
 	cfg      Config
 	keys     keys
+	logins   *loginLimiter
 	pages    *template.Template
 	handler  http.Handler
 	riverUI  *riverui.Handler
@@ -215,7 +219,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, keys: k, pages: pages}
+	s := &Server{cfg: cfg, keys: k, logins: newLoginLimiter(cfg.Now), pages: pages}
 	if !cfg.DisableRiverUI {
 		client := cfg.RiverClient
 		if client == nil {

@@ -98,6 +98,10 @@ type pageHandler func(w http.ResponseWriter, r *http.Request) error
 func (s *Server) page(h pageHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a := s.authenticate(r)
+		if a.storeErr != nil {
+			s.renderError(w, r, http.StatusServiceUnavailable, "Your session could not be checked: the database does not answer. Try again in a moment.")
+			return
+		}
 		switch a.kind {
 		case authForged:
 			s.renderError(w, r, http.StatusUnauthorized, "The bearer token is not right.")
@@ -451,9 +455,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.logins.refund(client)
-	v, err := s.keys.newSession(s.cfg.Now())
+	now := s.cfg.Now()
+	v, err := s.keys.newSession(now)
+	if err == nil {
+		err = s.sessions.create(r.Context(), v, now, now.Add(s.cfg.SessionTTL))
+	}
 	if err != nil {
-		s.renderError(w, r, http.StatusInternalServerError, "Could not start a session.")
+		s.cfg.Logger.WarnContext(r.Context(), "admin sign-in failed: could not start a session", "remote_addr", r.RemoteAddr, "error", err)
+		s.renderError(w, r, http.StatusServiceUnavailable, "Could not start a session: the database does not answer. Try again in a moment.")
 		return
 	}
 	s.setSessionCookie(w, r, v)
@@ -461,7 +470,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// logout ends the session on the server, for every process, then in the
+// browser.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
+	if v := s.signedSession(r); v != "" && s.keys.tokenSet {
+		if err := s.sessions.revoke(r.Context(), v); err != nil {
+			return fmt.Errorf("end the session: %w", err)
+		}
+	}
 	s.clearSessionCookie(w, r)
 	target := "/login"
 	if !s.keys.tokenSet {

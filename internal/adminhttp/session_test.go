@@ -1,6 +1,7 @@
 package adminhttp_test
 
 import (
+	"context"
 	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
@@ -166,5 +167,155 @@ func TestFailedSignInsAreRateLimitedPerClient(t *testing.T) {
 	}
 	if r := b.do(t, req{method: "POST", path: "/login", body: url.Values{"token": {wrong}}.Encode(), noAuth: true, header: formHeader}); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
 		t.Errorf("wrong sign-in past the burst over TCP: %d Retry-After %q; want 429 with Retry-After", r.status, r.header.Get("Retry-After"))
+	}
+}
+
+// sessionRows counts the sessions the database holds.
+func (b *testBundle) sessionRows(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_admin_sessions`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// sessionWorks reports whether a session cookie still opens the API, and
+// checks that the dashboard agrees.
+func (b *testBundle) sessionWorks(t *testing.T, c *http.Cookie) bool {
+	t.Helper()
+	withSession := []*http.Cookie{{Name: c.Name, Value: c.Value}}
+	api := b.do(t, req{path: "/api/v1/stats", noAuth: true, cookies: withSession})
+	page := b.do(t, req{path: "/", noAuth: true, cookies: withSession})
+	switch {
+	case api.status == http.StatusOK && page.status == http.StatusOK:
+		return true
+	case api.status == http.StatusUnauthorized && page.status == http.StatusSeeOther && strings.HasPrefix(page.header.Get("Location"), "/login"):
+		return false
+	}
+	t.Fatalf("session cookie: API %s, dashboard %d (Location %q); want both to work or both to refuse", api, page.status, page.header.Get("Location"))
+	return false
+}
+
+// TestLogoutEndsTheSessionOnEveryProcess: after /logout the same cookie,
+// replayed by whoever copied it, opens nothing, on this process or another
+// one sharing the database; other sessions go on.
+func TestLogoutEndsTheSessionOnEveryProcess(t *testing.T) {
+	t.Parallel()
+	a := setup(t, setupOpts{token: testToken})
+	b := setup(t, setupOpts{token: testToken, pool: a.pool})
+
+	session := a.signIn(t, testToken)
+	other := b.signIn(t, testToken)
+	for name, srv := range map[string]*testBundle{"a": a, "b": b} {
+		if !srv.sessionWorks(t, session) || !srv.sessionWorks(t, other) {
+			t.Fatalf("a fresh session does not work on server %s", name)
+		}
+	}
+	if strings.Contains(session.Value, testToken) {
+		t.Fatal("the session cookie holds the token")
+	}
+	var leaked int
+	if err := a.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_admin_sessions WHERE position($1::bytea IN id) > 0 OR position($1::bytea IN key_id) > 0`, []byte(session.Value)).Scan(&leaked); err != nil || leaked != 0 {
+		t.Fatalf("the session table holds the cookie (%d rows, %v)", leaked, err)
+	}
+
+	withSession := []*http.Cookie{{Name: session.Name, Value: session.Value}}
+	page := a.do(t, req{path: "/", noAuth: true, cookies: withSession})
+	r := a.do(t, req{method: "POST", path: "/logout", body: url.Values{"csrf": {scrapeCSRF(t, page.body)}}.Encode(), noAuth: true, cookies: withSession, header: formHeader})
+	if r.status != http.StatusSeeOther || r.header.Get("Location") != "/login" {
+		t.Fatalf("logout: %d Location %q; want 303 to /login", r.status, r.header.Get("Location"))
+	}
+	for name, srv := range map[string]*testBundle{"a": a, "b": b} {
+		if srv.sessionWorks(t, session) {
+			t.Errorf("the signed-out session still works on server %s", name)
+		}
+		if !srv.sessionWorks(t, other) {
+			t.Errorf("signing out ended another session on server %s", name)
+		}
+	}
+	// Nor does its CSRF token do anything any more.
+	if r := a.do(t, req{method: "POST", path: "/logout", body: url.Values{"csrf": {scrapeCSRF(t, page.body)}}.Encode(), noAuth: true, cookies: withSession, header: formHeader}); r.status != http.StatusUnauthorized {
+		t.Errorf("POST with the signed-out session: %s; want 401", r)
+	}
+	if n := a.sessionRows(t); n != 1 {
+		t.Errorf("%d sessions in the database after one of two signed out; want 1", n)
+	}
+}
+
+// TestANewTokenEndsTheOldTokensSessions: a server started with a new admin
+// token removes the sessions made with the old one, so they end also on
+// processes still running with the old token.
+func TestANewTokenEndsTheOldTokensSessions(t *testing.T) {
+	t.Parallel()
+	const newToken = "adm_ROTATED_fedcba9876543210"
+	old := setup(t, setupOpts{token: testToken})
+	session := old.signIn(t, testToken)
+	if !old.sessionWorks(t, session) {
+		t.Fatal("a fresh session does not work")
+	}
+
+	rotated := setup(t, setupOpts{token: newToken, pool: old.pool})
+	rotated.token = newToken
+	if rotated.sessionWorks(t, session) {
+		t.Error("a session made with the old token works on the server with the new one")
+	}
+	if old.sessionWorks(t, session) {
+		t.Error("a session made with the old token still works after a server started with a new one")
+	}
+	fresh := rotated.signIn(t, newToken)
+	if !rotated.sessionWorks(t, fresh) {
+		t.Error("a session made with the new token does not work")
+	}
+	if n := rotated.sessionRows(t); n != 1 {
+		t.Errorf("%d sessions in the database; want only the new token's one", n)
+	}
+}
+
+// TestExpiredSessionsArePruned: the session table keeps no more than the
+// sessions of one TTL.
+func TestExpiredSessionsArePruned(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{token: testToken})
+	first := b.signIn(t, testToken)
+	b.signIn(t, testToken)
+	if n := b.sessionRows(t); n != 2 {
+		t.Fatalf("%d sessions after two sign-ins; want 2", n)
+	}
+	b.clock.Advance(adminhttp.DefaultSessionTTL + time.Second)
+	if b.sessionWorks(t, first) {
+		t.Fatal("an expired session works")
+	}
+	latest := b.signIn(t, testToken)
+	if n := b.sessionRows(t); n != 1 {
+		t.Errorf("%d sessions after the first two expired and one more sign-in; want 1", n)
+	}
+	if !b.sessionWorks(t, latest) {
+		t.Error("the new session does not work")
+	}
+}
+
+// TestSessionsWhenTheDatabaseFails: a session that cannot be checked is
+// answered 503, not taken for signed out (or in); the bearer token still
+// opens the API.
+func TestSessionsWhenTheDatabaseFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{token: testToken})
+	session := b.signIn(t, testToken)
+	if _, err := b.pool.Exec(context.Background(), `ALTER TABLE outbox_admin_sessions RENAME TO outbox_admin_sessions_away`); err != nil {
+		t.Fatal(err)
+	}
+	withSession := []*http.Cookie{{Name: session.Name, Value: session.Value}}
+	for _, path := range []string{"/", "/api/v1/stats", "/metrics"} {
+		if r := b.do(t, req{path: path, noAuth: true, cookies: withSession}); r.status != http.StatusServiceUnavailable {
+			t.Errorf("GET %s with a session while the session store fails: %d; want 503", path, r.status)
+		}
+	}
+	if r := b.do(t, req{path: "/api/v1/stats"}); r.status != http.StatusOK {
+		t.Errorf("GET /api/v1/stats with the bearer token while the session store fails: %s", r)
+	}
+	r := b.do(t, req{method: "POST", path: "/login", body: url.Values{"token": {testToken}}.Encode(), noAuth: true, header: formHeader})
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Set-Cookie") != "" {
+		t.Errorf("sign-in while the session store fails: %d Set-Cookie %q; want 503 and no cookie", r.status, r.header.Get("Set-Cookie"))
 	}
 }

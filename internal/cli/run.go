@@ -94,6 +94,7 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	if err != nil {
 		return err
 	}
+	logger = riverInfoAsDebug(logger) // River's routine INFO lines go out at DEBUG
 	registry, err := pf.registry(ctx, env, true, nil, logger)
 	if err != nil {
 		return err

@@ -109,6 +109,26 @@ func TestRunServesTheAdminServer(t *testing.T) {
 	}
 	rd.waitForStates(t, 1, func(state string) bool { return state == "succeeded" })
 
+	// outboxd healthcheck finds it, also through the environment variable
+	// run reads, with a wildcard host as in a container.
+	addr := strings.TrimPrefix(base, "http://")
+	_, port, _ := net.SplitHostPort(addr)
+	for _, inv := range []invocation{
+		{args: []string{"healthcheck", "--admin-addr", addr}},
+		{args: []string{"healthcheck"}, env: map[string]string{"OUTBOXD_ADMIN_ADDR": "0.0.0.0:" + port}},
+	} {
+		if r := outboxd(t, inv); r.code != 0 || !strings.Contains(r.stdout, "healthy") {
+			t.Errorf("healthcheck %v %v: %s; want exit 0", inv.args, inv.env, r)
+		}
+	}
+
+	// River's routine INFO lines go out at DEBUG; the outbox's stay INFO.
+	logs := rd.stderr.String()
+	wantContains(t, "stderr", logs, `level=INFO msg="dispatcher started"`)
+	if strings.Contains(logs, "River client started") {
+		t.Errorf("River's INFO lines are logged at --log-level info:\n%s", logs)
+	}
+
 	if code, took := rd.stop(t); code != 0 {
 		t.Fatalf("run returned %d after cancellation\n%s", code, rd.stderr.String())
 	} else {
@@ -117,6 +137,11 @@ func TestRunServesTheAdminServer(t *testing.T) {
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Errorf("the admin server still answers after run returned")
 	}
+	r := outboxd(t, invocation{args: []string{"healthcheck", "--admin-addr", addr}})
+	if r.code != 1 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("healthcheck after run stopped: %s; want exit 1 and one line", r)
+	}
+	wantContains(t, "healthcheck stderr", r.stderr, "unhealthy", addr)
 }
 
 // TestRunFailsWhenTheGivenAdminAddressIsTaken: an address given with

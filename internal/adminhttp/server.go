@@ -105,7 +105,8 @@ type Config struct {
 	Audit *audit.Store
 	// Ingest records messages posted to /api/v1/messages. Required.
 	Ingest *ingest.Recorder
-	// Pool is the outbox database, checked by /readyz and read by River's UI.
+	// Pool is the outbox database, checked by /readyz, read by River's UI,
+	// and holding the dashboard's sessions (outbox_admin_sessions).
 	// Required.
 	Pool *pgxpool.Pool
 	// Gatherer is served at /metrics. Defaults to an empty registry.

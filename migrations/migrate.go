@@ -82,6 +82,8 @@ func load(fsys fs.FS) ([]Migration, error) {
 		if m == nil {
 			m = &Migration{Version: version, Name: label}
 			byVersion[version] = m
+		} else if m.Name != label {
+			return nil, fmt.Errorf("migrations: version %d is both %q and %q", version, m.Name, label)
 		}
 		if direction == "up" {
 			m.Up = string(body)

@@ -116,13 +116,28 @@ const (
 type authResult struct {
 	kind    authKind
 	session string // the valid session cookie's value, if any
+	// storeErr is set when the session cookie could not be checked because
+	// the session store (the database) failed; kind is then authNone.
+	storeErr error
 }
 
+// keyID names the token sessions are made with, without revealing it.
+func (k keys) keyID() []byte { return k.sign("session key id")[:16] }
+
+// signedSession returns r's session cookie when its signature and age are
+// valid, else "".
+func (s *Server) signedSession(r *http.Request) string {
+	if c, err := r.Cookie(sessionCookie); err == nil && s.keys.validSession(c.Value, s.cfg.Now(), s.cfg.SessionTTL) {
+		return c.Value
+	}
+	return ""
+}
+
+// authenticate checks r's bearer token or, without one, its session
+// cookie: signed and, when a token is set, recorded in the session store
+// (so not signed out nor made with a replaced token).
 func (s *Server) authenticate(r *http.Request) authResult {
 	var res authResult
-	if c, err := r.Cookie(sessionCookie); err == nil && s.keys.validSession(c.Value, s.cfg.Now(), s.cfg.SessionTTL) {
-		res.session = c.Value
-	}
 	if h := r.Header.Get("Authorization"); h != "" && s.keys.tokenSet {
 		scheme, tok, _ := strings.Cut(h, " ")
 		if strings.EqualFold(scheme, "Bearer") && s.keys.tokenMatches(strings.TrimSpace(tok)) {
@@ -131,6 +146,17 @@ func (s *Server) authenticate(r *http.Request) authResult {
 			res.kind = authForged
 		}
 		return res
+	}
+	res.session = s.signedSession(r)
+	if res.session != "" && s.keys.tokenSet {
+		ok, err := s.sessions.valid(r.Context(), res.session, s.cfg.Now())
+		if err != nil {
+			s.cfg.Logger.WarnContext(r.Context(), "admin session could not be checked: the session store failed", "error", err)
+			res.storeErr = err
+		}
+		if !ok {
+			res.session = ""
+		}
 	}
 	switch {
 	case !s.keys.tokenSet:
@@ -144,6 +170,9 @@ func (s *Server) authenticate(r *http.Request) authResult {
 }
 
 func (a authResult) ok() bool { return a.kind >= authBearer }
+
+// storeUnavailableMsg answers a request whose session could not be checked.
+const storeUnavailableMsg = "the session could not be checked: the database does not answer; try again (API clients can use the bearer token meanwhile)"
 
 // needsCSRF reports whether a POST so authenticated must carry the CSRF
 // token: every one a browser could have sent on its own.
@@ -163,8 +192,15 @@ func loopbackHost(host string) bool {
 	return IsLoopback(host)
 }
 
+// secureCookie reports whether a cookie set in answer to r must be Secure:
+// the request came over TLS, or the operator said a proxy terminates TLS
+// in front of this server.
+func (s *Server) secureCookie(r *http.Request) bool {
+	return r.TLS != nil || s.cfg.TLSTerminated
+}
+
 // setSessionCookie starts a session in the browser. The cookie is
-// HttpOnly, SameSite=Strict, and Secure when the request came over TLS.
+// HttpOnly, SameSite=Strict, and Secure (see secureCookie).
 func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, value string) {
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
@@ -172,7 +208,7 @@ func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, value 
 		Path:     "/",
 		MaxAge:   int(s.cfg.SessionTTL / time.Second),
 		HttpOnly: true,
-		Secure:   r.TLS != nil,
+		Secure:   s.secureCookie(r),
 		SameSite: http.SameSiteStrictMode,
 	})
 }
@@ -180,6 +216,6 @@ func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, value 
 func (s *Server) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		HttpOnly: true, Secure: s.secureCookie(r), SameSite: http.SameSiteStrictMode,
 	})
 }

@@ -98,6 +98,10 @@ type pageHandler func(w http.ResponseWriter, r *http.Request) error
 func (s *Server) page(h pageHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a := s.authenticate(r)
+		if a.storeErr != nil {
+			s.renderError(w, r, http.StatusServiceUnavailable, "Your session could not be checked: the database does not answer. Try again in a moment.")
+			return
+		}
 		switch a.kind {
 		case authForged:
 			s.renderError(w, r, http.StatusUnauthorized, "The bearer token is not right.")
@@ -380,10 +384,39 @@ type loginBody struct {
 	Error string
 }
 
-// safeNext keeps a post-login redirect on this server.
+// maxNextLen bounds a post-login redirect target.
+const maxNextLen = 2048
+
+// safeNext keeps a post-login redirect on this server: it returns next
+// when it is a clean local path, and the dashboard's root otherwise.
+//
+// Browsers drop tabs and newlines anywhere in a URL, trim leading control
+// characters and spaces, and read '\' as '/', so "/\t/evil.example" or
+// "/\\evil.example" is followed to another host just like
+// "//evil.example". Only printable ASCII without spaces or backslashes is
+// accepted (a path this server sent is escaped to that), it must begin
+// with exactly one '/', and it must parse as a path with neither scheme
+// nor host whose decoded form passes the same rules.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
-		return "/"
+	const root = "/"
+	if len(next) == 0 || len(next) > maxNextLen || next[0] != '/' {
+		return root
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return root
+		}
+	}
+	if len(next) > 1 && next[1] == '/' {
+		return root
+	}
+	// Decoded, the path must pass the same rules: a proxy or a later hop
+	// may decode "/%2F%2Fevil.example" into "//evil.example".
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") ||
+		strings.ContainsFunc(u.Path, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '\\' }) {
+		return root
 	}
 	return next
 }
@@ -408,14 +441,28 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	client := clientKey(r)
+	if ok, wait := s.logins.take(client); !ok {
+		secs := int64((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		s.cfg.Logger.DebugContext(r.Context(), "admin sign-in refused: too many failed sign-ins", "remote_addr", r.RemoteAddr, "retry_after_seconds", secs)
+		s.render(w, r, http.StatusTooManyRequests, "login.html", "Sign in", loginBody{Next: next, Error: fmt.Sprintf("Too many failed sign-ins from your address: try again in %d seconds.", secs)})
+		return
+	}
 	if !s.keys.tokenMatches(strings.TrimSpace(r.PostForm.Get("token"))) {
 		s.cfg.Logger.WarnContext(r.Context(), "admin sign-in refused: wrong token", "remote_addr", r.RemoteAddr)
 		s.render(w, r, http.StatusUnauthorized, "login.html", "Sign in", loginBody{Next: next, Error: "That token is not right."})
 		return
 	}
-	v, err := s.keys.newSession(s.cfg.Now())
+	s.logins.refund(client)
+	now := s.cfg.Now()
+	v, err := s.keys.newSession(now)
+	if err == nil {
+		err = s.sessions.create(r.Context(), v, now, now.Add(s.cfg.SessionTTL))
+	}
 	if err != nil {
-		s.renderError(w, r, http.StatusInternalServerError, "Could not start a session.")
+		s.cfg.Logger.WarnContext(r.Context(), "admin sign-in failed: could not start a session", "remote_addr", r.RemoteAddr, "error", err)
+		s.renderError(w, r, http.StatusServiceUnavailable, "Could not start a session: the database does not answer. Try again in a moment.")
 		return
 	}
 	s.setSessionCookie(w, r, v)
@@ -423,7 +470,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// logout ends the session on the server, for every process, then in the
+// browser.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
+	if v := s.signedSession(r); v != "" && s.keys.tokenSet {
+		if err := s.sessions.revoke(r.Context(), v); err != nil {
+			return fmt.Errorf("end the session: %w", err)
+		}
+	}
 	s.clearSessionCookie(w, r)
 	target := "/login"
 	if !s.keys.tokenSet {

@@ -79,13 +79,20 @@ func (c *testClock) Advance(d time.Duration) {
 }
 
 type setupOpts struct {
-	token string
+	token         string
+	tlsTerminated bool
+	// pool, when set, is the database of another server: two processes
+	// that share one database.
+	pool *pgxpool.Pool
 }
 
 // setup starts an admin server on a loopback port over a fresh database.
 func setup(t *testing.T, opts setupOpts) *testBundle {
 	t.Helper()
-	pool, _ := pgtest.NewDB(t)
+	pool := opts.pool
+	if pool == nil {
+		pool, _ = pgtest.NewDB(t)
+	}
 	client, reg := testkit.Client(t, pool)
 	gatherer := prometheus.NewRegistry()
 	probe := prometheus.NewCounter(prometheus.CounterOpts{Name: "adminhttp_test_probe_total", Help: "A counter only the test registers."})
@@ -100,6 +107,8 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		Pool:     pool,
 		Gatherer: gatherer,
 		Now:      clock.Now,
+
+		TLSTerminated: opts.tlsTerminated,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -96,6 +96,10 @@ type apiHandler func(w http.ResponseWriter, r *http.Request) error
 func (s *Server) api(h apiHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a := s.authenticate(r)
+		if a.storeErr != nil {
+			writeJSONError(w, http.StatusServiceUnavailable, "", storeUnavailableMsg)
+			return
+		}
 		if !a.ok() {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="outboxd"`)
 			writeJSONError(w, http.StatusUnauthorized, "", "missing or invalid bearer token")
@@ -121,7 +125,12 @@ func (s *Server) api(h apiHandler) http.Handler {
 // plain authenticates a probe or metrics request (401 in plain text).
 func (s *Server) plain(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authenticate(r).ok() {
+		a := s.authenticate(r)
+		if a.storeErr != nil {
+			http.Error(w, storeUnavailableMsg, http.StatusServiceUnavailable)
+			return
+		}
+		if !a.ok() {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="outboxd"`)
 			http.Error(w, "missing or invalid bearer token", http.StatusUnauthorized)
 			return
@@ -137,6 +146,10 @@ func (s *Server) plain(next http.Handler) http.Handler {
 func (s *Server) riverUIAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a := s.authenticate(r)
+		if a.storeErr != nil {
+			writeJSONError(w, http.StatusServiceUnavailable, "", storeUnavailableMsg)
+			return
+		}
 		if !a.ok() {
 			if a.kind == authNone && r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, RiverUIPrefix+"/api/") {
 				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)

@@ -8,8 +8,16 @@
 // loopback address only; New refuses a non-loopback address without one. API
 // clients send "Authorization: Bearer <token>". A browser signs in once on
 // /login with the token and gets an HttpOnly, SameSite=Strict session cookie
-// that holds an HMAC derived from the token, never the token itself; it
-// expires after Config.SessionTTL and is void as soon as the token changes.
+// signed with a key derived from the token, never the token itself. The
+// session is also recorded in the database (outbox_admin_sessions), so it
+// ends on every process sharing it when the operator signs out, after
+// Config.SessionTTL, or when the token changes (a server started with a
+// new token removes the sessions made with the old one).
+// Failed sign-ins are bounded per client address (LoginFailureBurst in a
+// row, then one per LoginFailureRefill); beyond that /login answers 429
+// with Retry-After, even to the right token.
+// The cookie is Secure when the request came over TLS, or always when
+// Config.TLSTerminated says a proxy terminates TLS in front of the server.
 // /healthz is always open; /readyz, /metrics, the API, the dashboard and
 // /riverui/ require the token when one is set.
 //
@@ -97,7 +105,8 @@ type Config struct {
 	Audit *audit.Store
 	// Ingest records messages posted to /api/v1/messages. Required.
 	Ingest *ingest.Recorder
-	// Pool is the outbox database, checked by /readyz and read by River's UI.
+	// Pool is the outbox database, checked by /readyz, read by River's UI,
+	// and holding the dashboard's sessions (outbox_admin_sessions).
 	// Required.
 	Pool *pgxpool.Pool
 	// Gatherer is served at /metrics. Defaults to an empty registry.
@@ -110,6 +119,11 @@ type Config struct {
 	// SessionTTL is how long a dashboard sign-in lasts. Defaults to
 	// DefaultSessionTTL.
 	SessionTTL time.Duration
+	// TLSTerminated says that browsers reach the server over HTTPS through
+	// a proxy that terminates TLS in front of it, so the session cookie is
+	// marked Secure even though requests arrive over plain HTTP. Without
+	// it, the cookie is Secure only on a request that came over TLS.
+	TLSTerminated bool
 	// Logger receives request errors and sign-in failures, never a secret.
 	// Defaults to discarding.
 	Logger *slog.Logger
@@ -180,6 +194,8 @@ func (c Config) withDefaults() (Config, error) {
 type Server struct {
 	cfg      Config
 	keys     keys
+	logins   *loginLimiter
+	sessions sessionStore
 	pages    *template.Template
 	handler  http.Handler
 	riverUI  *riverui.Handler
@@ -208,7 +224,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, keys: k, pages: pages}
+	s := &Server{cfg: cfg, keys: k, logins: newLoginLimiter(cfg.Now), sessions: sessionStore{pool: cfg.Pool, keyID: k.keyID()}, pages: pages}
 	if !cfg.DisableRiverUI {
 		client := cfg.RiverClient
 		if client == nil {
@@ -265,6 +281,15 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("adminhttp: start River UI: %w", err)
 		}
 		s.stopUI = cancel
+	}
+	if s.keys.tokenSet {
+		// Best effort: the server works without it, and tries again on
+		// every sign-in.
+		if n, err := s.sessions.prune(ctx, s.cfg.Now()); err != nil {
+			s.cfg.Logger.WarnContext(ctx, "admin sessions could not be pruned", "error", err)
+		} else if n > 0 {
+			s.cfg.Logger.InfoContext(ctx, "admin token changed: ended the dashboard sessions made with the previous one", "sessions", n)
+		}
 	}
 	s.listener = ln
 	s.served = make(chan error, 1)

@@ -43,6 +43,7 @@ func commands() []command {
 		{"doubles", "serve the Stripe and SendGrid doubles for local development", runDoubles},
 		{"bench", "measure throughput, latency and memory against baselines from the same run", runBench},
 		{"chaos", "prove exactly-once under fire: killed dispatchers, killed connections, faulty providers", runChaos},
+		{"healthcheck", "exit 0 if the admin server of 'outboxd run' answers /healthz (for container health checks)", runHealthcheck},
 	}
 }
 

@@ -482,6 +482,9 @@ func TestRunPerformsIntentsAndStopsGracefully(t *testing.T) {
 	}
 	t.Logf("run stopped %s after cancellation", took.Round(time.Millisecond))
 	wantContains(t, "run's log", rd.stderr.String(), "dispatcher started", "intent attempt settled", "shutting down", "dispatcher stopped")
+	// River's own INFO lines are there at --log-level debug, as DEBUG; the
+	// outbox's stay INFO.
+	wantContains(t, "run's log", rd.stderr.String(), `level=DEBUG msg="River client started"`, `level=INFO msg="intent attempt settled"`)
 	assertNoSecrets(t, rd.env, rd.stdout.String(), rd.stderr.String())
 }
 

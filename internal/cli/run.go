@@ -66,6 +66,7 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	dedupWindow := fs.Duration("dedup-window", dispatcher.DefaultDedupWindow, "how long processed markers are kept: a message redelivered later is handled as new; at least max-attempts × retry-backoff-max")
 	auditRetention := fs.Duration("audit-retention", dispatcher.DefaultAuditRetention, "how long succeeded, failed and cancelled intents are kept after they finish, with their attempts and events (in_doubt and unfinished ones are kept until they finish)")
 	adminAddr := fs.String("admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminhttp.TokenEnv)
+	adminTLSTerminated := fs.Bool("admin-tls-terminated", false, "browsers reach the admin server over HTTPS through a proxy that terminates TLS: mark its session cookie Secure (it always is on a TLS request)")
 	var logs logFlags
 	logs.register(fs)
 	if err := parse(fs, args, env); err != nil {
@@ -93,6 +94,7 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	if err != nil {
 		return err
 	}
+	logger = riverInfoAsDebug(logger) // River's routine INFO lines go out at DEBUG
 	registry, err := pf.registry(ctx, env, true, nil, logger)
 	if err != nil {
 		return err
@@ -145,7 +147,7 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	}
 	logger.InfoContext(ctx, "dispatcher started", "providers", names, "workers", *workers, "max_attempts", *maxAttempts)
 	admin, err := startAdmin(ctx, adminParams{
-		addr: *adminAddr, explicit: flagWasSet(fs, "admin-addr"), token: adminToken,
+		addr: *adminAddr, explicit: flagWasSet(fs, "admin-addr"), token: adminToken, tlsTerminated: *adminTLSTerminated,
 		pool: pool, registry: registry, metrics: outboxMetrics, gatherer: metricsRegistry, logger: logger,
 	})
 	if err != nil {
@@ -215,6 +217,9 @@ type adminParams struct {
 	metrics  ingest.Observer
 	gatherer prometheus.Gatherer
 	logger   *slog.Logger
+
+	// tlsTerminated: a proxy terminates TLS in front (Secure cookies).
+	tlsTerminated bool
 }
 
 // runningAdmin is the admin server, or nil when it is off.
@@ -248,6 +253,8 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 		Pool:     p.pool,
 		Gatherer: p.gatherer,
 		Logger:   p.logger.With("component", "admin"),
+
+		TLSTerminated: p.tlsTerminated,
 	})
 	if err != nil {
 		return nil, usageErrorf("%v", err)

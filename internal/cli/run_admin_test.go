@@ -34,6 +34,7 @@ func TestRunRefusesAnExposedAdminServerWithoutToken(t *testing.T) {
 		{[]string{"--admin-addr", ":9090"}, vars(env, "OUTBOXD_ADMIN_TOKEN", "short"), 2, []string{"OUTBOXD_ADMIN_TOKEN must be at least 16 bytes"}},
 		{[]string{"--admin-addr", ":9090"}, vars(env, "OUTBOXD_ADMIN_TOKEN_FILE", "/nonexistent/admin-token"), 1, []string{"OUTBOXD_ADMIN_TOKEN_FILE"}},
 		{[]string{"--admin-addr", "8080"}, env, 2, []string{"--admin-addr", "host:port"}},
+		{nil, vars(env, "OUTBOXD_ADMIN_TLS_TERMINATED", "maybe"), 2, []string{"OUTBOXD_ADMIN_TLS_TERMINATED", "--admin-tls-terminated"}},
 	} {
 		r := outboxd(t, invocation{env: tc.env, args: append([]string{"run"}, tc.args...)})
 		if r.code != tc.code {
@@ -53,7 +54,7 @@ var adminListening = regexp.MustCompile(`admin server listening.*addr=(127\.0\.0
 // metrics and the API next to the dispatcher, and stops with it.
 func TestRunServesTheAdminServer(t *testing.T) {
 	t.Parallel()
-	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", "127.0.0.1:0")...)
+	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", "127.0.0.1:0", "--admin-tls-terminated")...)
 	var base string
 	deadline := time.Now().Add(30 * time.Second)
 	for base == "" {
@@ -85,6 +86,16 @@ func TestRunServesTheAdminServer(t *testing.T) {
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("/metrics: %d, want Prometheus metrics", code)
 	}
+	// --admin-tls-terminated: the dashboard's session cookie is Secure
+	// though this request is plain HTTP.
+	if resp, err := http.Get(base + "/"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if cs := resp.Cookies(); len(cs) != 1 || !cs[0].Secure {
+			t.Errorf("GET / with --admin-tls-terminated set cookies %v; want one Secure session cookie", cs)
+		}
+	}
 
 	// A message posted to the API is recorded and performed.
 	resp, err := http.Post(base+"/api/v1/messages", "application/json",
@@ -98,6 +109,26 @@ func TestRunServesTheAdminServer(t *testing.T) {
 	}
 	rd.waitForStates(t, 1, func(state string) bool { return state == "succeeded" })
 
+	// outboxd healthcheck finds it, also through the environment variable
+	// run reads, with a wildcard host as in a container.
+	addr := strings.TrimPrefix(base, "http://")
+	_, port, _ := net.SplitHostPort(addr)
+	for _, inv := range []invocation{
+		{args: []string{"healthcheck", "--admin-addr", addr}},
+		{args: []string{"healthcheck"}, env: map[string]string{"OUTBOXD_ADMIN_ADDR": "0.0.0.0:" + port}},
+	} {
+		if r := outboxd(t, inv); r.code != 0 || !strings.Contains(r.stdout, "healthy") {
+			t.Errorf("healthcheck %v %v: %s; want exit 0", inv.args, inv.env, r)
+		}
+	}
+
+	// River's routine INFO lines go out at DEBUG; the outbox's stay INFO.
+	logs := rd.stderr.String()
+	wantContains(t, "stderr", logs, `level=INFO msg="dispatcher started"`)
+	if strings.Contains(logs, "River client started") {
+		t.Errorf("River's INFO lines are logged at --log-level info:\n%s", logs)
+	}
+
 	if code, took := rd.stop(t); code != 0 {
 		t.Fatalf("run returned %d after cancellation\n%s", code, rd.stderr.String())
 	} else {
@@ -106,6 +137,11 @@ func TestRunServesTheAdminServer(t *testing.T) {
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Errorf("the admin server still answers after run returned")
 	}
+	r := outboxd(t, invocation{args: []string{"healthcheck", "--admin-addr", addr}})
+	if r.code != 1 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Errorf("healthcheck after run stopped: %s; want exit 1 and one line", r)
+	}
+	wantContains(t, "healthcheck stderr", r.stderr, "unhealthy", addr)
 }
 
 // TestRunFailsWhenTheGivenAdminAddressIsTaken: an address given with

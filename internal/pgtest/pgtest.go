@@ -14,12 +14,16 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -74,7 +78,18 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	}
 	name := "outbox_test_" + randomSuffix()
 	if err := CreateDatabase(ctx, name, templateName); err != nil {
-		t.Fatalf("pgtest: %v", err)
+		// A run with another schema (another branch's checkout) may have
+		// dropped the template since: build it again, once.
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+			t.Fatalf("pgtest: %v", err)
+		}
+		if _, err := ensureTemplate(ctx); err != nil {
+			t.Fatalf("pgtest: rebuild template database: %v", err)
+		}
+		if err := CreateDatabase(ctx, name, templateName); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
 	}
 	dbURL, err := WithDatabase(ServerURL(), name)
 	if err != nil {
@@ -169,9 +184,37 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{building}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", err
 	}
-	// Templates of other schemas are left alone: another checkout or
-	// branch testing against the same server may be cloning them right now.
+	if _, err := conn.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{name}.Sanitize()+" IS "+quoteLiteral(templateStamp+time.Now().UTC().Format(time.RFC3339))); err != nil {
+		return "", err
+	}
+	// Templates of other schemas may be another checkout's, in use by its
+	// tests right now: drop only those built long ago, best effort (one
+	// still being cloned stays).
+	rows, err := conn.Query(ctx, `SELECT datname, coalesce(shobj_description(oid, 'pg_database'), '') FROM pg_database
+		WHERE datname LIKE 'outbox\_test\_template\_%' AND datname <> $1 AND datname NOT LIKE '%\_build'`, name)
+	if err == nil {
+		type template struct{ Name, Comment string }
+		others, _ := pgx.CollectRows(rows, pgx.RowToStructByPos[template])
+		for _, db := range others {
+			built, err := time.Parse(time.RFC3339, strings.TrimPrefix(db.Comment, templateStamp))
+			if err == nil && time.Since(built) > staleTemplateAge {
+				_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db.Name}.Sanitize())
+			}
+		}
+	}
 	return name, nil
+}
+
+// templateStamp begins a template database's comment, followed by when it
+// was built.
+const templateStamp = "outbox test template, built "
+
+// staleTemplateAge is how old another schema's template must be before a
+// run drops it.
+const staleTemplateAge = 7 * 24 * time.Hour
+
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
 func randomSuffix() string {

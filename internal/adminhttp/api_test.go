@@ -134,10 +134,13 @@ func TestAPIActionsChangeStateAndRecordWhoAndWhy(t *testing.T) {
 	if in := act(resolve, "resolve", `{"reason": "seen in the activity feed", "as": "succeeded"}`, nil); in.State != intenttype.StateSucceeded {
 		t.Errorf("resolve answered state %s, want succeeded", in.State)
 	}
-	act(cancelDoubt, "cancel", `{"reason": "customer withdrew", "if_state": "in_doubt"}`, nil)
+	// An in_doubt intent may have acted: it is resolved, never cancelled.
+	if r := b.do(t, req{method: "POST", path: fmt.Sprintf("/api/v1/intents/%d/cancel", cancelDoubt), body: `{"reason": "customer withdrew", "if_state": "in_doubt"}`}); r.status != http.StatusConflict || !strings.Contains(r.body, "allowed only from pending") {
+		t.Errorf("POST cancel of an in_doubt intent: %s, want 409", r)
+	}
 	act(cancelPending, "cancel", "", nil) // no body: no reason
 
-	for id, want := range map[int64]intenttype.State{resend: intenttype.StatePending, resolve: intenttype.StateSucceeded, cancelDoubt: intenttype.StateCancelled, cancelPending: intenttype.StateCancelled} {
+	for id, want := range map[int64]intenttype.State{resend: intenttype.StatePending, resolve: intenttype.StateSucceeded, cancelDoubt: intenttype.StateInDoubt, cancelPending: intenttype.StateCancelled} {
 		if got := b.intentState(t, id); got != want {
 			t.Errorf("intent %d is %s, want %s", id, got, want)
 		}

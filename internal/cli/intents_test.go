@@ -326,7 +326,7 @@ func TestIntentsRetryCancelResolve(t *testing.T) {
 	if r = db.run(t, "intents", "cancel", fmt.Sprint(db.notice), "--reason", "again"); r.code != 1 {
 		t.Errorf("cancel of a cancelled intent: %s; want exit 1", r)
 	}
-	wantContains(t, "stderr", r.stderr, "it is cancelled", "pending or in_doubt")
+	wantContains(t, "stderr", r.stderr, "it is cancelled", "allowed only from pending")
 
 	// --expect-state: the receipt is pending, not in_doubt as seen.
 	r = db.run(t, "intents", "cancel", fmt.Sprint(db.receipt), "--reason", "x", "--expect-state", "in_doubt")

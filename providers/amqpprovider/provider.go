@@ -237,7 +237,9 @@ func (p *Provider) Redact(kind string, payload json.RawMessage) json.RawMessage 
 }
 
 // Reconcile returns providers.ErrReconcileUnsupported: RabbitMQ cannot be
-// asked whether it took a message.
+// asked whether it took a message, so the provider neither finds one nor
+// proves one absent, and the dispatcher holds an ambiguous publish
+// in_doubt.
 func (p *Provider) Reconcile(context.Context, providers.Request) (providers.Result, bool, error) {
 	return providers.Result{}, false, providers.ErrReconcileUnsupported
 }

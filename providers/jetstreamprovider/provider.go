@@ -171,7 +171,9 @@ func (p *Provider) Validate(kind string, payload json.RawMessage) error {
 }
 
 // Reconcile returns providers.ErrReconcileUnsupported: a stream cannot be
-// searched by header without reading it whole.
+// searched by header without reading it whole, so the provider neither
+// finds a message nor proves one absent. (Within the stream's duplicate
+// window a repeat with the same Nats-Msg-Id is safe without asking.)
 func (p *Provider) Reconcile(context.Context, providers.Request) (providers.Result, bool, error) {
 	return providers.Result{}, false, providers.ErrReconcileUnsupported
 }

@@ -3,7 +3,10 @@
 // dispatcher relies on: validation names fields, redaction hides what it
 // must, success carries a provider reference, and each fault is classified
 // the way DESIGN.md's outcome table says for a provider with or without an
-// idempotency key.
+// idempotency key. For an adapter that reconciles it also checks the
+// intent's identity at the provider (DESIGN.md, invariant 1): Perform
+// carries the namespace and key in the request's metadata, and Reconcile
+// never finds an object that carries the same key under another namespace.
 package providertest
 
 import (
@@ -49,7 +52,19 @@ type Harness struct {
 	RejectedPayload json.RawMessage
 	// SensitiveValues are strings in ValidPayload that Redact must hide.
 	SensitiveValues []string
+	// RecordedMetadata returns the metadata (Stripe metadata, SendGrid
+	// custom_args) of every effect the double performed, in order.
+	// Required when the provider can reconcile.
+	RecordedMetadata func(d Double) []map[string]string
+	// ProvesAbsence is true when the provider's Reconcile reads consistently
+	// and so answers an unknown intent with found=false and a nil error;
+	// otherwise it must answer with an error wrapping
+	// providers.ErrAbsenceNotProven.
+	ProvesAbsence bool
 }
+
+// Namespace is the deployment namespace of the suite's requests.
+const Namespace = "conformance-ns"
 
 // Run runs the suite.
 func Run(t *testing.T, h Harness) {
@@ -119,7 +134,32 @@ func Run(t *testing.T, h Harness) {
 	})
 
 	request := func(id int64) providers.Request {
-		return providers.Request{IntentID: id, IdempotencyKey: "conformance-key-" + string(rune('a'+id)), Kind: h.Kind, Payload: h.ValidPayload, Attempt: 1}
+		return providers.Request{
+			IntentID:       id,
+			Namespace:      Namespace,
+			IdempotencyKey: "conformance-key-" + string(rune('a'+id)),
+			KeyFirstUsedAt: time.Now(),
+			Kind:           h.Kind,
+			Payload:        h.ValidPayload,
+			Attempt:        1,
+		}
+	}
+	// notFound checks a Reconcile answer for an intent the provider never
+	// performed.
+	notFound := func(t *testing.T, what string, found bool, err error) {
+		t.Helper()
+		if found {
+			t.Fatalf("Reconcile(%s) found it", what)
+		}
+		if h.ProvesAbsence {
+			if err != nil {
+				t.Fatalf("Reconcile(%s) = %v, want a proven absence (nil error)", what, err)
+			}
+			return
+		}
+		if !errors.Is(err, providers.ErrAbsenceNotProven) {
+			t.Fatalf("Reconcile(%s) = %v, want an error wrapping ErrAbsenceNotProven", what, err)
+		}
 	}
 	perform := func(t *testing.T, double Double, req providers.Request) (providers.Result, error) {
 		t.Helper()
@@ -224,10 +264,60 @@ func Run(t *testing.T, h Harness) {
 			}
 			return
 		}
-		if err != nil || found {
-			t.Fatalf("Reconcile(unknown) = found %v, err %v; want not found", found, err)
-		}
+		notFound(t, "unknown", found, err)
 	})
+
+	if caps.CanReconcile {
+		t.Run("PerformCarriesNamespaceAndKey", func(t *testing.T) {
+			if h.RecordedMetadata == nil {
+				t.Fatal("Harness.RecordedMetadata is required for a provider that reconciles")
+			}
+			double := h.NewDouble(t)
+			req := request(8)
+			if _, err := perform(t, double, req); err != nil {
+				t.Fatalf("Perform: %v", err)
+			}
+			recorded := h.RecordedMetadata(double)
+			if len(recorded) != 1 {
+				t.Fatalf("the double recorded %d effects, want 1", len(recorded))
+			}
+			md := recorded[0]
+			for k, want := range map[string]string{
+				providers.MetadataNamespace: req.Namespace,
+				providers.MetadataKey:       req.IdempotencyKey,
+				providers.MetadataIntentID:  "8",
+			} {
+				if got, ok := md[k]; !ok || got != want {
+					t.Errorf("metadata[%q] = %q (present %v), want %q; recorded %v", k, got, ok, want, md)
+				}
+			}
+		})
+
+		t.Run("OtherNamespaceIsNeverFound", func(t *testing.T) {
+			// Another deployment sharing the provider account performed
+			// an intent with the same id and the same key.
+			double := h.NewDouble(t)
+			theirs := request(9)
+			theirs.Namespace = "conformance-other-ns"
+			if _, err := perform(t, double, theirs); err != nil {
+				t.Fatalf("Perform (other deployment): %v", err)
+			}
+			ours := request(9)
+			res, found, err := h.NewProvider(t, double.URL()).Reconcile(ctx, ours)
+			if found || res.ProviderRef != "" {
+				t.Fatalf("Reconcile adopted another deployment's object %q", res.ProviderRef)
+			}
+			var mm *providers.MismatchError
+			if errors.As(err, &mm) {
+				t.Fatalf("Reconcile took another namespace's object for ours: %v", err)
+			}
+			notFound(t, "same key, other namespace", found, err)
+			// The other deployment does find its own.
+			if _, found, err := h.NewProvider(t, double.URL()).Reconcile(ctx, theirs); err != nil || !found {
+				t.Fatalf("Reconcile by its owner = %v, %v; want found", found, err)
+			}
+		})
+	}
 
 	if h.RejectedPayload != nil {
 		t.Run("PermanentRefusalFails", func(t *testing.T) {

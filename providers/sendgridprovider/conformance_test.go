@@ -61,6 +61,16 @@ func harness(reconcile bool) providertest.Harness {
 		},
 		RejectedPayload: json.RawMessage(`{"from":{"email":"` + sendgriddouble.UnverifiedSender + `"},"to":[{"email":"a@example.com"}],"subject":"s","text":"t"}`),
 		SensitiveValues: []string{"alice.smith@example.com", "bob.jones@example.org", "Alice Smith", "order 1234 is on its way", "tok_live_secret"},
+		RecordedMetadata: func(d providertest.Double) []map[string]string {
+			var out []map[string]string
+			for _, e := range d.(*sendgriddouble.Server).Emails() {
+				out = append(out, e.CustomArgs)
+			}
+			return out
+		},
+		// The activity feed is eventually consistent: it never proves an
+		// email absent.
+		ProvesAbsence: false,
 	}
 }
 

@@ -19,22 +19,36 @@ const (
 	MaxCategoryLength = 255
 	// MaxCustomArgsBytes bounds Email.CustomArgs serialized as JSON. SendGrid
 	// refuses custom_args of 10,000 bytes or more; the adapter keeps 1,000
-	// bytes of that for the intent_id and idempotency_key it adds.
+	// bytes of that for the intent's identity it adds.
 	MaxCustomArgsBytes = 9000
-	// maxKeyInArgs is the longest idempotency key copied into custom_args;
-	// a longer one is left out (it is informational only).
-	maxKeyInArgs = 900
+	// MaxIdentityBytes bounds a request's namespace and idempotency key
+	// together, so that they fit the room MaxCustomArgsBytes leaves.
+	// Perform refuses, without sending, a request whose identity is longer:
+	// its email could never be told from another deployment's.
+	MaxIdentityBytes = 900
 )
 
 // Reserved custom_args keys: Perform sets them, so a payload may not.
 const (
-	// ArgIntentID carries the intent's id, for reconciliation and for
-	// counting effects.
-	ArgIntentID = "intent_id"
-	// ArgIdempotencyKey carries the intent's idempotency key, for people
-	// reading SendGrid's activity feed. SendGrid does not act on it.
+	// ArgNamespace carries the deployment's namespace
+	// (providers.Request.Namespace) when it has one.
+	ArgNamespace = providers.MetadataNamespace
+	// ArgKey carries the intent's idempotency key
+	// (providers.Request.IdempotencyKey). With ArgNamespace it identifies
+	// the intent; Reconcile looks it up by both.
+	ArgKey = providers.MetadataKey
+	// ArgIntentID carries the intent's id, for people reading SendGrid's
+	// activity feed and for the test double's effect counts. Ids repeat
+	// across databases: it never identifies an email.
+	ArgIntentID = providers.MetadataIntentID
+	// ArgIdempotencyKey is where earlier versions put the idempotency key.
+	// It is no longer sent but stays reserved, so that no payload can pass
+	// for an intent's identity.
 	ArgIdempotencyKey = "idempotency_key"
 )
+
+// reservedArgs lists the custom_args keys payloads may not use.
+var reservedArgs = []string{ArgNamespace, ArgKey, ArgIntentID, ArgIdempotencyKey}
 
 // Address is an email address with an optional display name.
 type Address struct {
@@ -67,8 +81,8 @@ type Email struct {
 	Categories []string `json:"categories,omitempty"`
 	// CustomArgs are optional tracking arguments, shown in SendGrid's
 	// activity feed and webhooks (SendGrid does not treat them as personal
-	// data: put none in them). The keys ArgIntentID and ArgIdempotencyKey
-	// are reserved.
+	// data: put none in them). The keys ArgNamespace, ArgKey, ArgIntentID
+	// and ArgIdempotencyKey are reserved.
 	CustomArgs map[string]string `json:"custom_args,omitempty"`
 	// SendAt optionally schedules the email (Unix seconds). SendGrid
 	// refuses a time more than 72 hours after the attempt.
@@ -141,7 +155,7 @@ func (e *Email) validate() error {
 			return bad(fmt.Sprintf("categories[%d]", i), "must be 1 to %d bytes long", MaxCategoryLength)
 		}
 	}
-	for _, k := range []string{ArgIntentID, ArgIdempotencyKey} {
+	for _, k := range reservedArgs {
 		if _, ok := e.CustomArgs[k]; ok {
 			return bad("custom_args."+k, "is reserved: the outbox sets it")
 		}

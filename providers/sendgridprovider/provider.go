@@ -6,9 +6,12 @@
 // the dispatcher commits a write-ahead attempt before every call and never
 // repeats an attempt classified OutcomeAmbiguous (a 5xx, a timeout or a lost
 // connection after the request was written). Each request carries the
-// intent's id in custom_args["intent_id"], so that, when Config.Reconcile is
-// enabled, an ambiguous attempt can be looked up in SendGrid's Email
-// Activity API.
+// intent's identity in custom_args: the deployment's namespace
+// ("outbox_namespace"), the intent's key ("outbox_key") and, for people
+// reading the activity feed, its id ("intent_id"). When Config.Reconcile is
+// enabled, an ambiguous attempt can be looked up by namespace and key in
+// SendGrid's Email Activity API, which is eventually consistent: a lookup
+// finds an email or proves nothing, never its absence.
 //
 // The API key is a secret: it is sent only in the Authorization header and
 // never appears in errors, in AttemptError messages or in the output of
@@ -78,7 +81,8 @@ type Config struct {
 	// Activity API. That API is a paid add-on, allows 6 requests a minute
 	// and is eventually consistent (an email can take minutes to appear),
 	// so it is off by default: Capabilities().CanReconcile is then false
-	// and Reconcile returns providers.ErrReconcileUnsupported.
+	// and Reconcile returns providers.ErrReconcileUnsupported. When on,
+	// Reconcile can find an email but never proves one absent.
 	Reconcile bool
 	// Now is the clock used to turn X-RateLimit-Reset into a RetryAfter.
 	// Defaults to time.Now.
@@ -219,18 +223,22 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "unknown intent kind " + strconv.Quote(req.Kind), Err: providers.UnknownKindError(req.Kind)}
 	}
 	if p.apiKey == "" {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: msgNoAPIKey}
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: msgNoAPIKey, DidNotAct: true}
 	}
 	email, err := decodeEmail(req.Payload)
 	if err != nil {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: err.Error(), Err: err}
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: err.Error(), Err: err, DidNotAct: true}
+	}
+	if len(req.Namespace)+len(req.IdempotencyKey) > MaxIdentityBytes {
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, DidNotAct: true,
+			Message: fmt.Sprintf("the namespace and idempotency key are %d bytes together, more than the %d custom_args can carry", len(req.Namespace)+len(req.IdempotencyKey), MaxIdentityBytes)}
 	}
 	body, err := json.Marshal(mailBody(email, req))
 	if err != nil {
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "cannot encode the request: " + err.Error()}
 	}
 	if providers.ContextEndedBeforeCall(ctx) {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeRetry, Message: "not sent: " + ctx.Err().Error(), Err: ctx.Err()}
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeRetry, Message: "not sent: " + ctx.Err().Error(), Err: ctx.Err(), DidNotAct: true}
 	}
 
 	r := sendgrid.GetRequest(p.apiKey, mailSendPath, p.baseURL)
@@ -261,8 +269,14 @@ func (p *Provider) statusError(resp *rest.Response) *providers.AttemptError {
 	case status == http.StatusTooManyRequests:
 		e.Outcome = providers.OutcomeRetry
 		e.RetryAfter = p.retryAfter(http.Header(resp.Headers))
+		e.DidNotAct = true
 	case status >= 400 && status < 500:
 		e.Outcome = providers.OutcomeFailed
+		// Refused at the door (validation, auth, size): nothing queued.
+		switch status {
+		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusRequestEntityTooLarge:
+			e.DidNotAct = true
+		}
 	default:
 		// 5xx, and anything unexpected (1xx, 3xx): SendGrid may have
 		// queued the email.
@@ -343,7 +357,7 @@ type (
 )
 
 // mailBody maps an Email to SendGrid's body: one personalization, text/plain
-// before text/html, and the intent's id and key in custom_args.
+// before text/html, and the intent's identity in custom_args.
 func mailBody(e *Email, req providers.Request) sgMail {
 	conv := func(list []Address) []sgAddress {
 		if len(list) == 0 {
@@ -360,7 +374,7 @@ func mailBody(e *Email, req providers.Request) sgMail {
 		From:             sgAddress(*e.From),
 		Subject:          e.Subject,
 		Categories:       e.Categories,
-		CustomArgs:       make(map[string]string, len(e.CustomArgs)+2),
+		CustomArgs:       make(map[string]string, len(e.CustomArgs)+3),
 		SendAt:           e.SendAt,
 	}
 	if e.ReplyTo != nil {
@@ -376,20 +390,31 @@ func mailBody(e *Email, req providers.Request) sgMail {
 	for k, v := range e.CustomArgs {
 		m.CustomArgs[k] = v
 	}
-	m.CustomArgs[ArgIntentID] = strconv.FormatInt(req.IntentID, 10)
-	if req.IdempotencyKey != "" && len(req.IdempotencyKey) <= maxKeyInArgs {
-		m.CustomArgs[ArgIdempotencyKey] = req.IdempotencyKey
+	if req.Namespace != "" {
+		m.CustomArgs[ArgNamespace] = req.Namespace
 	}
+	m.CustomArgs[ArgKey] = req.IdempotencyKey
+	m.CustomArgs[ArgIntentID] = strconv.FormatInt(req.IntentID, 10)
 	return m
 }
 
-// Reconcile looks the intent up in the Email Activity API by
-// custom_args["intent_id"] (GET /v3/messages?query=unique_args['intent_id']="ID").
-// found=true carries the X-Message-Id part of SendGrid's msg_id as
-// ProviderRef. The feed is eventually consistent: not found shortly after an
-// attempt does not prove the email was not queued, so a caller should only
-// trust not-found once the feed's lag has passed. Without Config.Reconcile
-// it returns providers.ErrReconcileUnsupported.
+// Reconcile looks the intent up in the Email Activity API
+// (GET /v3/messages) by the identity Perform put in custom_args:
+//
+//	unique_args['outbox_namespace']="NS" AND unique_args['outbox_key']="KEY"
+//
+// (only the key for an intent recorded before namespaces existed). Each
+// row SendGrid answers is one recipient of a matching email; found=true
+// needs a row whose recipient is one of the payload's (to, cc or bcc), and
+// carries the X-Message-Id part of its msg_id as ProviderRef. Rows for
+// other recipients only are a *providers.MismatchError, never adopted.
+//
+// The activity feed is eventually consistent (an email can take minutes to
+// appear) and allows 6 requests a minute, so "not found" proves nothing: it
+// is an error wrapping providers.ErrAbsenceNotProven, and the intent stays
+// in_doubt. A failed lookup (429, 5xx, no answer) is an
+// *providers.AttemptError with OutcomeRetry. Without Config.Reconcile it
+// returns providers.ErrReconcileUnsupported.
 func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (providers.Result, bool, error) {
 	if !p.reconcile {
 		return providers.Result{}, false, providers.ErrReconcileUnsupported
@@ -397,12 +422,26 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	if p.apiKey == "" {
 		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: msgNoAPIKey}
 	}
+	if req.Kind != KindEmail {
+		return providers.Result{}, false, providers.UnknownKindError(req.Kind)
+	}
+	email, err := decodeEmail(req.Payload)
+	if err != nil {
+		return providers.Result{}, false, fmt.Errorf("sendgridprovider: cannot reconcile an intent whose payload is invalid: %w", err)
+	}
+	if req.IdempotencyKey == "" {
+		return providers.Result{}, false, errors.New("sendgridprovider: cannot reconcile an intent without an idempotency key")
+	}
+	if !quotable(req.Namespace) || !quotable(req.IdempotencyKey) {
+		return providers.Result{}, false, fmt.Errorf("%w: the intent's namespace or key contains a character the activity query cannot quote", providers.ErrAbsenceNotProven)
+	}
+	query := fmt.Sprintf(`unique_args['%s']="%s"`, ArgKey, req.IdempotencyKey)
+	if req.Namespace != "" {
+		query = fmt.Sprintf(`unique_args['%s']="%s" AND %s`, ArgNamespace, req.Namespace, query)
+	}
 	r := sendgrid.GetRequest(p.apiKey, messagesPath, p.baseURL)
 	r.Method = rest.Get
-	r.QueryParams = map[string]string{
-		"query": fmt.Sprintf(`unique_args['%s']="%d"`, ArgIntentID, req.IntentID),
-		"limit": "10",
-	}
+	r.QueryParams = map[string]string{"query": query, "limit": strconv.Itoa(activityLimit)}
 	resp, err := p.client.SendWithContext(ctx, r)
 	if err != nil {
 		if resp == nil {
@@ -421,18 +460,43 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	}
 	var body struct {
 		Messages []struct {
-			MsgID string `json:"msg_id"`
+			MsgID   string `json:"msg_id"`
+			ToEmail string `json:"to_email"`
 		} `json:"messages"`
 	}
 	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {
 		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: resp.StatusCode, Message: "undecodable activity response", Err: err}
 	}
+	recipients := map[string]bool{}
+	for _, list := range [][]Address{email.To, email.Cc, email.Bcc} {
+		for _, a := range list {
+			recipients[strings.ToLower(a.Email)] = true
+		}
+	}
+	var other *providers.MismatchError
 	for _, m := range body.Messages {
 		if m.MsgID == "" {
 			continue
 		}
 		ref, _, _ := strings.Cut(m.MsgID, ".")
-		return providers.Result{ProviderRef: ref, HTTPStatus: resp.StatusCode}, true, nil
+		if recipients[strings.ToLower(m.ToEmail)] {
+			return providers.Result{ProviderRef: ref, HTTPStatus: resp.StatusCode}, true, nil
+		}
+		if other == nil {
+			// Addresses are personal data: the error keeps them masked.
+			other = &providers.MismatchError{ProviderRef: ref, Field: "recipient", Want: MaskEmail(email.To[0].Email), Got: MaskEmail(m.ToEmail)}
+		}
 	}
-	return providers.Result{}, false, nil
+	if other != nil {
+		return providers.Result{}, false, other
+	}
+	return providers.Result{}, false, fmt.Errorf("%w: SendGrid's activity feed (eventually consistent) shows no email with this intent's namespace and key yet", providers.ErrAbsenceNotProven)
 }
+
+// activityLimit is how many activity rows Reconcile asks for: one per
+// recipient of the intent's email (at most MaxRecipients).
+const activityLimit = MaxRecipients
+
+// quotable reports whether s can stand between double quotes in an
+// activity query.
+func quotable(s string) bool { return !strings.ContainsAny(s, "\"\\") }

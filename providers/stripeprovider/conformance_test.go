@@ -43,21 +43,31 @@ func TestConformance(t *testing.T) {
 		Kind:         stripeprovider.KindPaymentIntent,
 		ValidPayload: json.RawMessage(validPayload),
 		InvalidPayloads: map[string]string{
-			`{"currency": "usd"}`:                                                 "amount",
-			`{"amount": -5, "currency": "usd"}`:                                   "amount",
-			`{"amount": 0, "currency": "usd"}`:                                    "amount",
-			`{"amount": "100", "currency": "usd"}`:                                "amount",
-			`{"amount": 1.5, "currency": "usd"}`:                                  "amount",
-			`{"amount": 100}`:                                                     "currency",
-			`{"amount": 100, "currency": "USD"}`:                                  "currency",
-			`{"amount": 100, "currency": "dollars"}`:                              "currency",
-			`{"amount": 100, "currency": "usd", "metadata": {"intent_id": "1"}}`:  "metadata.intent_id",
-			`{"amount": 100, "currency": "usd", "receipt_email": "not-an-email"}`: "receipt_email",
-			`{"amount": 100, "currency": "usd", "customer": "acct_1"}`:            "customer",
+			`{"currency": "usd"}`:                                                                              "amount",
+			`{"amount": -5, "currency": "usd"}`:                                                                "amount",
+			`{"amount": 0, "currency": "usd"}`:                                                                 "amount",
+			`{"amount": "100", "currency": "usd"}`:                                                             "amount",
+			`{"amount": 1.5, "currency": "usd"}`:                                                               "amount",
+			`{"amount": 100}`:                                                                                  "currency",
+			`{"amount": 100, "currency": "USD"}`:                                                               "currency",
+			`{"amount": 100, "currency": "dollars"}`:                                                           "currency",
+			`{"amount": 100, "currency": "usd", "metadata": {"intent_id": "1"}}`:                               "metadata.intent_id",
+			`{"amount": 100, "currency": "usd", "metadata": {"outbox_key": "k"}}`:                              "metadata.outbox_key",
+			`{"amount": 100, "currency": "usd", "metadata": {"outbox_namespace": "n"}}`:                        "metadata.outbox_namespace",
+			`{"amount": 100, "currency": "usd", "receipt_email": "not-an-email"}`:                              "receipt_email",
+			`{"amount": 100, "currency": "usd", "customer": "acct_1"}`:                                         "customer",
 			`{"amount": 100, "currency": "usd", "statement_descriptor_suffix": "this is far too long for it"}`: "statement_descriptor_suffix",
 			`{"amount": 100, "currency": "usd", "metadata": {"k": 5}}`:                                         "metadata",
 		},
 		RejectedPayload: json.RawMessage(`{"amount": 2500, "currency": "usd", "payment_method": "` + stripedouble.DeclinedCard + `", "confirm": true}`),
 		SensitiveValues: []string{"jane.doe@example.com"},
+		RecordedMetadata: func(d providertest.Double) []map[string]string {
+			var out []map[string]string
+			for _, pi := range d.(*stripedouble.Server).PaymentIntents() {
+				out = append(out, pi.Metadata)
+			}
+			return out
+		},
+		ProvesAbsence: true,
 	})
 }

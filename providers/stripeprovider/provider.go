@@ -3,11 +3,18 @@
 //
 // It performs the intent kind KindPaymentIntent by creating a PaymentIntent,
 // sending the intent's idempotency key as Stripe's Idempotency-Key and the
-// intent's id as metadata["intent_id"], and classifies every answer into the
+// intent's identity in metadata (outbox_namespace, outbox_key and, for people
+// reading the dashboard, intent_id), and classifies every answer into the
 // outbox's outcomes as DESIGN.md's table says for a provider with a key,
 // taking into account that Stripe saves and replays a POST's 500 under its key
-// (so a 500 is ambiguous, not retryable). Reconcile finds a PaymentIntent by
-// that metadata through Stripe's search API.
+// (so a 500 is ambiguous, not retryable).
+//
+// Reconcile lists PaymentIntents (GET /v1/payment_intents, strongly
+// consistent) by customer and creation window and keeps only those carrying
+// the intent's namespace and key, so it never adopts another deployment's
+// PaymentIntent and can prove absence. Intents recorded before namespaces
+// existed fall back to Stripe's eventually consistent search by intent_id,
+// which never proves absence.
 //
 // The adapter never retries by itself (stripe-go's MaxNetworkRetries is 0)
 // and never uses stripe-go's global key or backends, so several providers
@@ -59,13 +66,41 @@ const (
 	MaxKeyLength = 255
 
 	// IntentIDMetadataKey is the metadata key under which Perform stores the
-	// outbox intent id and by which Reconcile searches. Payloads may not use
-	// it.
-	IntentIDMetadataKey = "intent_id"
+	// outbox intent id, for display, and by which Reconcile searches for
+	// intents recorded before namespaces existed. Payloads may not use it.
+	IntentIDMetadataKey = providers.MetadataIntentID
+	// NamespaceMetadataKey carries the deployment's namespace
+	// (providers.Request.Namespace) when it has one. Payloads may not use it.
+	NamespaceMetadataKey = providers.MetadataNamespace
+	// KeyMetadataKey carries the provider-facing idempotency key
+	// (providers.Request.IdempotencyKey). Payloads may not use it.
+	KeyMetadataKey = providers.MetadataKey
+
+	// ReservedMetadataKeys is how many metadata keys the adapter reserves
+	// for the intent's identity (namespace, key and intent id), whether or
+	// not a request uses all of them.
+	ReservedMetadataKeys = 3
+
+	// ListClockSkewMargin is subtracted from Request.KeyFirstUsedAt (the
+	// dispatcher's clock) to get the lower bound of the creation window
+	// Reconcile lists (Stripe's clock), so that a PaymentIntent is not missed
+	// because the two clocks disagree.
+	ListClockSkewMargin = 15 * time.Minute
+	// DefaultReconcileMaxPages bounds the pages of 100 PaymentIntents
+	// Reconcile lists, when Config.ReconcileMaxPages is 0. A listing cut
+	// short by the bound proves nothing (providers.ErrAbsenceNotProven).
+	DefaultReconcileMaxPages = 10
+	// listPageSize is how many PaymentIntents Reconcile asks for per page,
+	// Stripe's maximum.
+	listPageSize = 100
 )
 
-// Stripe's limits on metadata. One key is taken by IntentIDMetadataKey, so a
-// payload may carry at most MaxMetadataKeys-1 keys of its own.
+// reservedMetadata lists the metadata keys payloads may not use.
+var reservedMetadata = []string{NamespaceMetadataKey, KeyMetadataKey, IntentIDMetadataKey}
+
+// Stripe's limits on metadata. ReservedMetadataKeys keys are taken by the
+// intent's identity, so a payload may carry at most
+// MaxMetadataKeys-ReservedMetadataKeys keys of its own.
 const (
 	// MaxMetadataKeys is how many metadata keys Stripe accepts on an object.
 	MaxMetadataKeys = 50
@@ -98,13 +133,18 @@ type Config struct {
 	// in Capabilities. Defaults to DefaultKeyWindow; set it lower to be more
 	// conservative. New rejects anything above Stripe's 24 hours.
 	KeyWindow time.Duration
+	// ReconcileMaxPages bounds how many pages (of 100 PaymentIntents)
+	// Reconcile lists before it gives up with an error wrapping
+	// providers.ErrAbsenceNotProven. Defaults to DefaultReconcileMaxPages.
+	ReconcileMaxPages int
 }
 
 // Provider performs KindPaymentIntent intents against Stripe. It is safe for
 // concurrent use. Create it with New.
 type Provider struct {
-	cfg Config
-	api *client.API // nil when no API key is configured
+	cfg      Config
+	api      *client.API // nil when no API key is configured
+	pageSize int64
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -136,13 +176,19 @@ func New(cfg Config) (*Provider, error) {
 		// would let the dispatcher repeat a possibly performed charge.
 		return nil, fmt.Errorf("stripeprovider: Config.KeyWindow must not exceed Stripe's %s, got %s", DefaultKeyWindow, cfg.KeyWindow)
 	}
+	if cfg.ReconcileMaxPages < 0 {
+		return nil, fmt.Errorf("stripeprovider: Config.ReconcileMaxPages must not be negative, got %d", cfg.ReconcileMaxPages)
+	}
+	if cfg.ReconcileMaxPages == 0 {
+		cfg.ReconcileMaxPages = DefaultReconcileMaxPages
+	}
 	if strings.ContainsAny(cfg.APIKey, " \t\r\n") {
 		return nil, errors.New("stripeprovider: Config.APIKey must not contain whitespace")
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: DefaultTimeout, Transport: providers.NewHTTPTransport()}
 	}
-	p := &Provider{cfg: cfg}
+	p := &Provider{cfg: cfg, pageSize: listPageSize}
 	if cfg.APIKey != "" {
 		backend := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 			URL:               stripe.String(strings.TrimSuffix(cfg.BaseURL, "/")),
@@ -163,8 +209,9 @@ func (p *Provider) Name() string { return Name }
 func (p *Provider) Kinds() []string { return []string{KindPaymentIntent} }
 
 // Capabilities: Stripe accepts idempotency keys of up to MaxKeyLength bytes,
-// remembered for Config.KeyWindow, and PaymentIntents can be searched by
-// metadata, so the provider can reconcile.
+// remembered for Config.KeyWindow, and PaymentIntents can be listed and told
+// apart by the identity Perform puts in their metadata, so the provider can
+// reconcile.
 func (p *Provider) Capabilities() providers.Capabilities {
 	return providers.Capabilities{
 		IdempotencyKeys: true,
@@ -194,9 +241,10 @@ type PaymentIntentPayload struct {
 	ReceiptEmail string `json:"receipt_email,omitempty"`
 	// StatementDescriptorSuffix is at most 22 characters. Optional.
 	StatementDescriptorSuffix string `json:"statement_descriptor_suffix,omitempty"`
-	// Metadata is copied to the PaymentIntent: at most MaxMetadataKeys-1
-	// keys (the adapter adds IntentIDMetadataKey, which is reserved), keys
-	// of at most 40 characters, values of at most 500.
+	// Metadata is copied to the PaymentIntent: at most
+	// MaxMetadataKeys-ReservedMetadataKeys keys (the adapter adds
+	// NamespaceMetadataKey, KeyMetadataKey and IntentIDMetadataKey, which are
+	// reserved), keys of at most 40 characters, values of at most 500.
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
@@ -247,14 +295,19 @@ func decode(kind string, payload json.RawMessage) (*PaymentIntentPayload, error)
 		return nil, bad("statement_descriptor_suffix", fmt.Sprintf("must be at most %d characters", MaxStatementDescriptorSuffix))
 	case strings.ContainsAny(pl.StatementDescriptorSuffix, `<>\'"*`):
 		return nil, bad("statement_descriptor_suffix", `must not contain any of < > \ ' " *`)
-	case len(pl.Metadata) > MaxMetadataKeys-1:
-		return nil, bad("metadata", fmt.Sprintf("must have at most %d keys (Stripe allows %d and %q is added)", MaxMetadataKeys-1, MaxMetadataKeys, IntentIDMetadataKey))
+	}
+	for _, k := range reservedMetadata {
+		if _, ok := pl.Metadata[k]; ok {
+			return nil, bad("metadata."+k, "is reserved: the outbox sets it to the intent's identity")
+		}
+	}
+	if len(pl.Metadata) > MaxMetadataKeys-ReservedMetadataKeys {
+		return nil, bad("metadata", fmt.Sprintf("must have at most %d keys (Stripe allows %d and the outbox adds %s)",
+			MaxMetadataKeys-ReservedMetadataKeys, MaxMetadataKeys, strings.Join(reservedMetadata, ", ")))
 	}
 	for k, v := range pl.Metadata {
 		field := "metadata." + k
 		switch {
-		case k == IntentIDMetadataKey:
-			return nil, bad(field, "is reserved: the outbox sets it to the intent's id")
 		case k == "":
 			return nil, bad("metadata", "keys must not be empty")
 		case len(k) > MaxMetadataKeyLength:
@@ -278,7 +331,9 @@ func validEmail(s string) bool {
 }
 
 // Perform creates the PaymentIntent described by req, with req.IdempotencyKey
-// as Stripe's Idempotency-Key and req.IntentID in metadata["intent_id"]. On
+// as Stripe's Idempotency-Key and the intent's identity in metadata:
+// req.Namespace as "outbox_namespace" (left out when empty),
+// req.IdempotencyKey as "outbox_key" and req.IntentID as "intent_id". On
 // success the Result carries the PaymentIntent's id and whether Stripe
 // replayed a saved response. Otherwise the error is a *providers.AttemptError:
 //
@@ -299,21 +354,25 @@ func validEmail(s string) bool {
 // answered from Stripe's idempotency store, so it cannot charge twice, and
 // the Result then reports Replayed.
 //
-// A payload that fails validation, an empty or over-long key, or a provider
-// without an API key fail without sending.
+// A payload that fails validation, an empty or over-long key, a namespace
+// longer than a metadata value may be, or a provider without an API key fail
+// without sending.
 func (p *Provider) Perform(ctx context.Context, req providers.Request) (providers.Result, error) {
 	pl, err := decode(req.Kind, req.Payload)
 	if err != nil {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: err.Error(), Err: err}
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: err.Error(), Err: err, DidNotAct: true}
 	}
 	if err := p.ready(); err != nil {
 		return providers.Result{}, err
 	}
 	if strings.TrimSpace(req.IdempotencyKey) == "" {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the intent has no idempotency key; refusing to charge without one"}
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the intent has no idempotency key; refusing to charge without one", DidNotAct: true}
 	}
 	if len(strings.TrimSpace(req.IdempotencyKey)) > MaxKeyLength {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the idempotency key is longer than Stripe's %d bytes", MaxKeyLength)}
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the idempotency key is longer than Stripe's %d bytes", MaxKeyLength), DidNotAct: true}
+	}
+	if len(req.Namespace) > MaxMetadataValueBytes {
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the namespace is longer than the %d bytes a Stripe metadata value may have", MaxMetadataValueBytes), DidNotAct: true}
 	}
 
 	params := &stripe.PaymentIntentParams{
@@ -337,6 +396,10 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 	for k, v := range pl.Metadata {
 		params.AddMetadata(k, v)
 	}
+	if req.Namespace != "" {
+		params.AddMetadata(NamespaceMetadataKey, req.Namespace)
+	}
+	params.AddMetadata(KeyMetadataKey, req.IdempotencyKey)
 	params.AddMetadata(IntentIDMetadataKey, strconv.FormatInt(req.IntentID, 10))
 
 	pi, err := p.api.PaymentIntents.New(params)
@@ -353,7 +416,7 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 
 func (p *Provider) ready() error {
 	if p.api == nil {
-		return &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the Stripe API key is not configured"}
+		return &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the Stripe API key is not configured", DidNotAct: true}
 	}
 	return nil
 }
@@ -385,7 +448,10 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 	ae.Err = &scrub.Error{Msg: fmt.Sprintf("stripe: HTTP %d %s: %s", status, se.Type, ae.Message), Err: err}
 	switch {
 	case status == http.StatusPaymentRequired || se.Type == stripe.ErrorTypeCard:
+		// A decline: Stripe refused to charge. (The declined PaymentIntent
+		// is saved under the key, so a repeat replays the decline.)
 		ae.Outcome = providers.OutcomeFailed
+		ae.DidNotAct = true
 		if se.DeclineCode != "" {
 			ae.Code = string(se.DeclineCode)
 			ae.Message += " (decline code: " + string(se.DeclineCode) + ")"
@@ -397,13 +463,19 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 	case status == http.StatusTooManyRequests:
 		ae.Outcome = providers.OutcomeRetry
 		ae.RetryAfter = retryAfter(header.Get("Retry-After"), time.Now())
+		ae.DidNotAct = true
 	case se.Type == stripe.ErrorTypeIdempotency:
+		// The key's first request may have acted: not DidNotAct.
 		ae.Outcome = providers.OutcomeFailed
 		if ae.Code == "" {
 			ae.Code = string(stripe.ErrorTypeIdempotency)
 		}
 	case status >= 400 && status < 500:
 		ae.Outcome = providers.OutcomeFailed
+		// Validation 400s, 401, 403 and 404 are refused before anything
+		// is done or saved.
+		ae.DidNotAct = status == http.StatusBadRequest || status == http.StatusUnauthorized ||
+			status == http.StatusForbidden || status == http.StatusNotFound
 	case status == http.StatusInternalServerError:
 		ae.Outcome = providers.OutcomeAmbiguous
 	case status > 500:
@@ -439,21 +511,45 @@ func retryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// Reconcile searches Stripe for a PaymentIntent whose metadata["intent_id"]
-// is req.IntentID. It returns found=true with its id when one exists in a
-// state showing the effect happened: any state but canceled for a payload
-// that does not confirm; succeeded, processing or requires_capture for one
-// that does. It returns found=false and a nil error when there is none.
+// Reconcile asks Stripe whether it already created the PaymentIntent req
+// describes, as providers.Provider's Reconcile documents.
 //
-// When PaymentIntents exist for the intent but none shows the effect (the
-// payment was declined or awaits customer action), it returns found=false
-// and a *providers.AttemptError saying so: neither "performed" nor "never
-// happened" is true, and repeating could charge twice, so the intent must be
-// held for an operator.
+// When req.Namespace is set it lists PaymentIntents with
+// GET /v1/payment_intents, which is strongly consistent: filtered by the
+// payload's customer when it has one, created no earlier than
+// req.KeyFirstUsedAt less ListClockSkewMargin (no lower bound when
+// KeyFirstUsedAt is zero), newest first, 100 a page, at most
+// Config.ReconcileMaxPages pages. A PaymentIntent belongs to the intent only
+// if its metadata carries both req.Namespace ("outbox_namespace") and
+// req.IdempotencyKey ("outbox_key"); anything else, another deployment's
+// PaymentIntent with the same intent id included, is ignored. Then:
 //
-// Stripe's search is eventually consistent (usually under a minute, longer
-// during outages): a PaymentIntent created moments ago may not be found yet.
-// Callers should reconcile only some time after the ambiguous attempt.
+//   - an owned PaymentIntent whose amount, currency or customer differs
+//     from the payload: a *providers.MismatchError, never adopted;
+//   - an owned PaymentIntent in a state showing the effect (any state but
+//     canceled for a payload that does not confirm; succeeded, processing
+//     or requires_capture for one that does): found=true with its id;
+//   - only owned PaymentIntents that show no effect (declined, awaiting the
+//     customer's action): found=false and a *providers.AttemptError
+//     (OutcomeFailed, DidNotAct) saying which and why: the charge did not
+//     happen, and repeating it would be answered the same way;
+//   - nothing owned in the whole listing: found=false, nil, a proven
+//     absence;
+//   - the page bound reached with more to list: an error wrapping
+//     providers.ErrAbsenceNotProven.
+//
+// When req.Namespace is empty (an intent recorded before namespaces
+// existed, whose PaymentIntents carry only metadata["intent_id"]), it
+// falls back to Stripe's search by intent id. Search is eventually
+// consistent and intent ids repeat across databases, so this path never
+// proves absence: not found is an error wrapping
+// providers.ErrAbsenceNotProven. A PaymentIntent carrying any namespace, or
+// another outbox_key, is not the intent's; one that carries only the intent
+// id is adopted only if its amount, currency and customer match the payload.
+//
+// Failures to ask (Stripe unreachable, a 5xx, a 429) are
+// *providers.AttemptError values as Perform would classify them; none of
+// them is "not found".
 func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (providers.Result, bool, error) {
 	if req.Kind != KindPaymentIntent {
 		return providers.Result{}, false, providers.UnknownKindError(req.Kind)
@@ -461,18 +557,118 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	if err := p.ready(); err != nil {
 		return providers.Result{}, false, err
 	}
-	confirm := true // unknown payload: assume the stricter reading
-	if pl, err := decode(req.Kind, req.Payload); err == nil && (pl.Confirm == nil || !*pl.Confirm) {
-		confirm = false
+	pl, err := decode(req.Kind, req.Payload)
+	if err != nil {
+		// Without the payload nothing found could be checked against it.
+		return providers.Result{}, false, fmt.Errorf("stripeprovider: cannot reconcile an intent whose payload is invalid: %w", err)
 	}
+	if req.Namespace == "" {
+		return p.reconcileLegacy(ctx, req, pl)
+	}
+	if strings.TrimSpace(req.IdempotencyKey) == "" {
+		return providers.Result{}, false, errors.New("stripeprovider: cannot reconcile an intent without an idempotency key")
+	}
+	confirm := pl.Confirm != nil && *pl.Confirm
+
+	params := &stripe.PaymentIntentListParams{}
+	params.Context = ctx
+	params.Single = true // one page per call: the bound below counts them
+	params.Limit = stripe.Int64(p.pageSize)
+	if pl.Customer != "" {
+		params.Customer = stripe.String(pl.Customer)
+	}
+	if !req.KeyFirstUsedAt.IsZero() {
+		params.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: req.KeyFirstUsedAt.Add(-ListClockSkewMargin).Unix()}
+	}
+
+	var (
+		found    *stripe.PaymentIntent
+		inert    *stripe.PaymentIntent
+		status   int
+		complete bool
+	)
+	for page := 0; page < p.cfg.ReconcileMaxPages; page++ {
+		iter := p.api.PaymentIntents.List(params)
+		var last string
+		for iter.Next() {
+			pi := iter.PaymentIntent()
+			last = pi.ID
+			if pi.Metadata[NamespaceMetadataKey] != req.Namespace || pi.Metadata[KeyMetadataKey] != req.IdempotencyKey {
+				continue // another deployment's, or another intent's
+			}
+			if mm := mismatch(pi, pl); mm != nil {
+				return providers.Result{}, false, mm
+			}
+			switch {
+			case effective(pi, confirm):
+				if found == nil {
+					found = pi
+				}
+			case inert == nil:
+				inert = pi
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return providers.Result{}, false, p.classifyLookup(err)
+		}
+		if lr := iter.PaymentIntentList().LastResponse; lr != nil {
+			status = lr.StatusCode
+		}
+		if !iter.Meta().HasMore {
+			complete = true
+			break
+		}
+		if last == "" {
+			break // has_more with an empty page: nothing to go on from
+		}
+		params.StartingAfter = stripe.String(last)
+	}
+	switch {
+	case found != nil:
+		// The effect exists. (A mismatch further down an unfinished
+		// listing would not undo it.)
+		return providers.Result{ProviderRef: found.ID, HTTPStatus: status}, true, nil
+	case !complete && inert != nil:
+		return providers.Result{}, false, fmt.Errorf("%w: PaymentIntent %s carries this intent's key but is %s, and the listing stopped after %d pages of %d before its end",
+			providers.ErrAbsenceNotProven, inert.ID, inert.Status, p.cfg.ReconcileMaxPages, p.pageSize)
+	case !complete:
+		return providers.Result{}, false, fmt.Errorf("%w: no PaymentIntent with this intent's namespace and key in the first %d pages of %d, and the listing goes on",
+			providers.ErrAbsenceNotProven, p.cfg.ReconcileMaxPages, p.pageSize)
+	case inert != nil:
+		return providers.Result{}, false, p.noEffect(inert)
+	}
+	return providers.Result{}, false, nil
+}
+
+// reconcileLegacy looks up an intent recorded before namespaces existed by
+// Stripe's search on metadata["intent_id"]. It never proves absence.
+func (p *Provider) reconcileLegacy(ctx context.Context, req providers.Request, pl *PaymentIntentPayload) (providers.Result, bool, error) {
+	confirm := pl.Confirm != nil && *pl.Confirm
 	params := &stripe.PaymentIntentSearchParams{}
 	params.Context = ctx
 	params.Query = fmt.Sprintf("metadata['%s']:'%d'", IntentIDMetadataKey, req.IntentID)
 	params.Limit = stripe.Int64(100)
 	iter := p.api.PaymentIntents.Search(params)
-	var others []*stripe.PaymentIntent
+	var (
+		inert   *stripe.PaymentIntent
+		skipped []string
+	)
 	for iter.Next() {
 		pi := iter.PaymentIntent()
+		if pi.Metadata[NamespaceMetadataKey] != "" {
+			continue // a namespaced deployment's: never a legacy intent's
+		}
+		key, keyed := pi.Metadata[KeyMetadataKey]
+		if keyed && key != req.IdempotencyKey {
+			continue // another intent's
+		}
+		if mm := mismatch(pi, pl); mm != nil {
+			if keyed {
+				return providers.Result{}, false, mm // it carries our key: never adopt, say so
+			}
+			skipped = append(skipped, fmt.Sprintf("%s carries only this intent's id, and its %s is %s, not %s", pi.ID, mm.Field, mm.Got, mm.Want))
+			continue // only the intent id matches: most likely another database's
+		}
 		if effective(pi, confirm) {
 			res := providers.Result{ProviderRef: pi.ID}
 			if lr := iter.PaymentIntentSearchResult().LastResponse; lr != nil {
@@ -480,29 +676,80 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 			}
 			return res, true, nil
 		}
-		others = append(others, pi)
+		if keyed && inert == nil {
+			inert = pi
+		}
+		if !keyed {
+			skipped = append(skipped, fmt.Sprintf("%s carries only this intent's id and is %s", pi.ID, pi.Status))
+		}
 	}
 	if err := iter.Err(); err != nil {
-		return providers.Result{}, false, p.classify(err)
+		return providers.Result{}, false, p.classifyLookup(err)
 	}
-	if len(others) > 0 {
-		pi := others[0]
-		ae := &providers.AttemptError{
-			Outcome: providers.OutcomeFailed,
-			Message: fmt.Sprintf("PaymentIntent %s exists for this intent but is %s", pi.ID, pi.Status),
-		}
-		if le := pi.LastPaymentError; le != nil {
-			ae.Code = string(le.DeclineCode)
-			if ae.Code == "" {
-				ae.Code = string(le.Code)
-			}
-			if le.Msg != "" {
-				ae.Message += ": " + p.scrub(le.Msg)
-			}
-		}
-		return providers.Result{}, false, ae
+	if inert != nil {
+		return providers.Result{}, false, p.noEffect(inert)
 	}
-	return providers.Result{}, false, nil
+	ignored := ""
+	if len(skipped) > 0 {
+		ignored = " (ignored: " + strings.Join(skipped, "; ") + ")"
+	}
+	return providers.Result{}, false, fmt.Errorf("%w: the intent has no namespace, and Stripe's search by intent_id %d (eventually consistent) found no PaymentIntent of it%s",
+		providers.ErrAbsenceNotProven, req.IntentID, ignored)
+}
+
+// noEffect is Reconcile's answer for an owned PaymentIntent that shows no
+// effect: the payment was declined or awaits the customer.
+func (p *Provider) noEffect(pi *stripe.PaymentIntent) *providers.AttemptError {
+	ae := &providers.AttemptError{
+		Outcome:   providers.OutcomeFailed,
+		Message:   fmt.Sprintf("PaymentIntent %s exists for this intent but is %s", pi.ID, pi.Status),
+		DidNotAct: true,
+	}
+	if le := pi.LastPaymentError; le != nil {
+		ae.Code = string(le.DeclineCode)
+		if ae.Code == "" {
+			ae.Code = string(le.Code)
+		}
+		if le.Msg != "" {
+			ae.Message += ": " + p.scrub(le.Msg)
+		}
+	}
+	return ae
+}
+
+// classifyLookup classifies a failed list or search call. Asking again is
+// always safe, so what Perform would call ambiguous is a retry here.
+func (p *Provider) classifyLookup(err error) *providers.AttemptError {
+	ae := p.classify(err)
+	if ae.Outcome == providers.OutcomeAmbiguous {
+		ae.Outcome = providers.OutcomeRetry
+	}
+	return ae
+}
+
+// mismatch compares a PaymentIntent's essential parameters with the
+// payload's: amount, currency and customer.
+func mismatch(pi *stripe.PaymentIntent, pl *PaymentIntentPayload) *providers.MismatchError {
+	customer := ""
+	if pi.Customer != nil {
+		customer = pi.Customer.ID
+	}
+	switch {
+	case pi.Amount != *pl.Amount:
+		return &providers.MismatchError{ProviderRef: pi.ID, Field: "amount", Want: strconv.FormatInt(*pl.Amount, 10), Got: strconv.FormatInt(pi.Amount, 10)}
+	case string(pi.Currency) != *pl.Currency:
+		return &providers.MismatchError{ProviderRef: pi.ID, Field: "currency", Want: *pl.Currency, Got: string(pi.Currency)}
+	case customer != pl.Customer:
+		return &providers.MismatchError{ProviderRef: pi.ID, Field: "customer", Want: quoteEmpty(pl.Customer), Got: quoteEmpty(customer)}
+	}
+	return nil
+}
+
+func quoteEmpty(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func effective(pi *stripe.PaymentIntent, confirm bool) bool {

@@ -424,54 +424,65 @@ func TestValidateLimits(t *testing.T) {
 func TestReconcile(t *testing.T) {
 	ctx := context.Background()
 	d, p := setup(t)
+	nsReq := func(id int64, key, payload string) providers.Request {
+		r := req(id, key, payload)
+		r.Namespace = "ns-test"
+		r.KeyFirstUsedAt = time.Now()
+		return r
+	}
 
-	res, err := p.Perform(ctx, req(1, "k1", payload))
+	res, err := p.Perform(ctx, nsReq(1, "k1", payload))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, found, err := p.Reconcile(ctx, req(1, "k1", payload))
-	if err != nil || !found || got.ProviderRef != res.ProviderRef {
+	got, found, err := p.Reconcile(ctx, nsReq(1, "k1", payload))
+	if err != nil || !found || got.ProviderRef != res.ProviderRef || got.HTTPStatus != 200 {
 		t.Fatalf("Reconcile(performed) = %+v %v %v", got, found, err)
 	}
 
 	// The charge happened but its answer was a 500: reconcile finds it.
 	d.Faults().Push(fault.Fault{Kind: fault.ErrorAfter})
-	_, err = p.Perform(ctx, req(2, "k2", payload))
+	_, err = p.Perform(ctx, nsReq(2, "k2", payload))
 	expect(t, attemptErr(t, err), providers.OutcomeAmbiguous, 500)
-	if _, found, err := p.Reconcile(ctx, req(2, "k2", payload)); err != nil || !found {
+	if _, found, err := p.Reconcile(ctx, nsReq(2, "k2", payload)); err != nil || !found {
 		t.Fatalf("Reconcile after a 500 = %v %v", found, err)
 	}
 
-	// Nothing was done before a 500: reconcile finds nothing.
+	// Nothing was done before a 500: the listing proves it.
 	d.Faults().Push(fault.Fault{Kind: fault.ErrorBefore})
-	_, err = p.Perform(ctx, req(3, "k3", payload))
+	_, err = p.Perform(ctx, nsReq(3, "k3", payload))
 	expect(t, attemptErr(t, err), providers.OutcomeAmbiguous, 500)
-	if _, found, err := p.Reconcile(ctx, req(3, "k3", payload)); err != nil || found {
-		t.Fatalf("Reconcile after a 500 before acting = %v %v", found, err)
+	if _, found, err := p.Reconcile(ctx, nsReq(3, "k3", payload)); err != nil || found {
+		t.Fatalf("Reconcile after a 500 before acting = %v %v, want a proven absence", found, err)
 	}
 
 	// A declined PaymentIntent exists, but the payment did not happen.
 	declined := `{"amount": 100, "currency": "usd", "payment_method": "` + stripedouble.DeclinedCard + `", "confirm": true}`
 	d.Faults().Push(fault.Fault{Kind: fault.ErrorAfter})
-	_, _ = p.Perform(ctx, req(4, "k4", declined))
-	_, found, err = p.Reconcile(ctx, req(4, "k4", declined))
-	if ae := attemptErr(t, err); found || ae.Code != "generic_decline" || !strings.Contains(ae.Message, "requires_payment_method") {
-		t.Fatalf("Reconcile(declined) = %v %v", found, err)
+	_, _ = p.Perform(ctx, nsReq(4, "k4", declined))
+	_, found, err = p.Reconcile(ctx, nsReq(4, "k4", declined))
+	if ae := attemptErr(t, err); found || ae.Outcome != providers.OutcomeFailed || !ae.DidNotAct ||
+		ae.Code != "generic_decline" || !strings.Contains(ae.Message, "requires_payment_method") {
+		t.Fatalf("Reconcile(declined) = %v %+v", found, err)
 	}
 
 	// Without confirm, creating the PaymentIntent is the whole effect.
 	unconfirmed := `{"amount": 100, "currency": "usd"}`
-	if _, err := p.Perform(ctx, req(5, "k5", unconfirmed)); err != nil {
+	if _, err := p.Perform(ctx, nsReq(5, "k5", unconfirmed)); err != nil {
 		t.Fatal(err)
 	}
-	if _, found, err := p.Reconcile(ctx, req(5, "k5", unconfirmed)); err != nil || !found {
+	if _, found, err := p.Reconcile(ctx, nsReq(5, "k5", unconfirmed)); err != nil || !found {
 		t.Fatalf("Reconcile(unconfirmed) = %v %v", found, err)
 	}
 
 	// Stripe unreachable: an error, not "not found".
 	down, _ := stripeprovider.New(stripeprovider.Config{APIKey: secretKey, BaseURL: "http://127.0.0.1:1"})
-	if _, found, err := down.Reconcile(ctx, req(1, "k1", payload)); err == nil || found {
+	_, found, err = down.Reconcile(ctx, nsReq(1, "k1", payload))
+	if err == nil || found || errors.Is(err, providers.ErrAbsenceNotProven) {
 		t.Fatalf("Reconcile(unreachable) = %v %v", found, err)
+	}
+	if st := d.Stats(); st.SearchRequests != 0 || st.ListRequests == 0 {
+		t.Fatalf("namespaced intents must be reconciled by listing, not search: %+v", st)
 	}
 }
 

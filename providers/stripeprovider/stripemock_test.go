@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -53,7 +55,8 @@ func TestStripeMockAcceptsOurRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	req := providers.Request{IntentID: 42, IdempotencyKey: "stripemock:msg-42", Kind: stripeprovider.KindPaymentIntent, Payload: json.RawMessage(fullPayload), Attempt: 1}
+	req := providers.Request{IntentID: 42, Namespace: "ns-stripemock", IdempotencyKey: "ns-stripemock:msg-42", KeyFirstUsedAt: time.Now(),
+		Kind: stripeprovider.KindPaymentIntent, Payload: json.RawMessage(fullPayload), Attempt: 1}
 
 	t.Run("PerformWithEveryField", func(t *testing.T) {
 		res, err := p.Perform(ctx, req)
@@ -66,25 +69,58 @@ func TestStripeMockAcceptsOurRequests(t *testing.T) {
 		sent := rec.last(t, http.MethodPost, "/v1/payment_intents")
 		form := sent.params
 		// Every payload field reached the request (so stripe-mock validated
-		// it), plus the intent id the adapter adds.
+		// it), plus the intent's identity the adapter adds.
 		for _, k := range []string{"amount", "currency", "customer", "payment_method", "confirm", "description", "receipt_email",
-			"statement_descriptor_suffix", "metadata[order_id]", "metadata[intent_id]"} {
+			"statement_descriptor_suffix", "metadata[order_id]", "metadata[intent_id]", "metadata[outbox_namespace]", "metadata[outbox_key]"} {
 			if !form.Has(k) {
 				t.Errorf("the request lacks %q; sent %v", k, form)
 			}
 		}
-		if sent.header.Get("Idempotency-Key") != "stripemock:msg-42" {
+		if form.Get("metadata[outbox_namespace]") != "ns-stripemock" || form.Get("metadata[outbox_key]") != "ns-stripemock:msg-42" {
+			t.Errorf("identity metadata %v", form)
+		}
+		if sent.header.Get("Idempotency-Key") != "ns-stripemock:msg-42" {
 			t.Error("the request carried no Idempotency-Key")
 		}
 	})
 
-	t.Run("ReconcileSearch", func(t *testing.T) {
-		// A payload that does not confirm, so that stripe-mock's fixture
-		// (status requires_payment_method) counts as found.
+	t.Run("ReconcileList", func(t *testing.T) {
+		// stripe-mock's fixture carries no metadata, so it is not the
+		// intent's: the (one page) listing proves absence.
+		if _, found, err := p.Reconcile(ctx, req); err != nil || found {
+			t.Fatalf("stripe-mock refused the adapter's list request, or it was misread: %v, %v", found, err)
+		}
+		q := rec.last(t, http.MethodGet, "/v1/payment_intents").params
+		gte := req.KeyFirstUsedAt.Add(-stripeprovider.ListClockSkewMargin).Unix()
+		if q.Get("customer") != "cus_9s6XKzkNRiz8i3" || q.Get("created[gte]") != strconv.FormatInt(gte, 10) || q.Get("limit") != "100" || len(q) != 3 {
+			t.Fatalf("list query %v", q)
+		}
+		// The next page's request, as Reconcile sends it after has_more.
+		status, body := rawGet(t, mock.String()+"/v1/payment_intents?"+q.Encode()+"&starting_after=pi_1")
+		if status != http.StatusOK {
+			t.Fatalf("stripe-mock refused a next-page request: %d %s", status, body)
+		}
+		// Without a customer or a first use, neither filter is sent.
 		r := req
+		r.KeyFirstUsedAt = time.Time{}
 		r.Payload = json.RawMessage(`{"amount": 2000, "currency": "usd"}`)
 		if _, _, err := p.Reconcile(ctx, r); err != nil {
-			t.Fatalf("stripe-mock refused the adapter's search request: %v", err)
+			t.Fatalf("list without filters: %v", err)
+		}
+		if q := rec.last(t, http.MethodGet, "/v1/payment_intents").params; len(q) != 1 || q.Get("limit") != "100" {
+			t.Fatalf("list query %v", q)
+		}
+	})
+
+	t.Run("ReconcileLegacySearch", func(t *testing.T) {
+		// An intent without a namespace is searched for by intent id;
+		// stripe-mock's fixture does not match the payload, and search
+		// never proves absence.
+		r := req
+		r.Namespace = ""
+		r.Payload = json.RawMessage(`{"amount": 2000, "currency": "usd"}`)
+		if _, found, err := p.Reconcile(ctx, r); found || !errors.Is(err, providers.ErrAbsenceNotProven) {
+			t.Fatalf("stripe-mock refused the adapter's search request, or it was misread: %v, %v", found, err)
 		}
 		q := rec.last(t, http.MethodGet, "/v1/payment_intents/search").params
 		if q.Get("query") != "metadata['intent_id']:'42'" {
@@ -100,6 +136,15 @@ func TestStripeMockAcceptsOurRequests(t *testing.T) {
 			"BadMetadataShape": "amount=2000&currency=usd&metadata=notamap",
 		} {
 			status, body := rawPost(t, mock.String()+"/v1/payment_intents", form)
+			if status != http.StatusBadRequest {
+				t.Errorf("%s: stripe-mock answered %d (%s), want 400", name, status, body)
+			}
+		}
+		for name, query := range map[string]string{
+			"UnknownListParameter": "metadata[outbox_key]=k",
+			"BadLimit":             "limit=x",
+		} {
+			status, body := rawGet(t, mock.String()+"/v1/payment_intents?"+query)
 			if status != http.StatusBadRequest {
 				t.Errorf("%s: stripe-mock answered %d (%s), want 400", name, status, body)
 			}
@@ -205,6 +250,22 @@ func rawPost(t *testing.T, u, form string) (int, string) {
 	}
 	r.Header.Set("Authorization", "Bearer "+stripeMockKey)
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func rawGet(t *testing.T, u string) (int, string) {
+	t.Helper()
+	r, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("Authorization", "Bearer "+stripeMockKey)
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
 		t.Fatal(err)

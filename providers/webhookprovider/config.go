@@ -232,7 +232,7 @@ func validHeaderName(h string) bool {
 
 func reserved(h string) bool {
 	switch textproto.CanonicalMIMEHeaderKey(h) {
-	case SignatureHeader, IntentIDHeader, "Content-Type", "Content-Length", "Host", "User-Agent":
+	case SignatureHeader, IntentIDHeader, NamespaceHeader, "Content-Type", "Content-Length", "Host", "User-Agent":
 		return true
 	}
 	return false

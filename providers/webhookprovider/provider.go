@@ -13,7 +13,11 @@
 //
 //   - X-Outbox-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
 //     under the endpoint's secret (Stripe's scheme; see Sign and Verify);
-//   - X-Outbox-Intent-Id: the outbox's intent id;
+//   - X-Outbox-Intent-Id: the outbox's intent id (for display: ids repeat
+//     across databases);
+//   - X-Outbox-Namespace: the deployment's namespace, when the intent has
+//     one, so that a receiver shared by several deployments can tell their
+//     deliveries apart (the key in "id" is already derived from it);
 //   - the endpoint's IdempotencyHeader (such as Idempotency-Key), carrying
 //     the same key as "id", when the receiver honours one.
 //
@@ -59,6 +63,10 @@ const (
 
 	// IntentIDHeader carries the outbox's intent id on every delivery.
 	IntentIDHeader = "X-Outbox-Intent-Id"
+	// NamespaceHeader carries the deployment's namespace
+	// (providers.Request.Namespace) on every delivery of an intent that has
+	// one.
+	NamespaceHeader = "X-Outbox-Namespace"
 	// ReplayedHeader, set to "true" on a response, says a keyed receiver
 	// answered from its idempotency store instead of acting again.
 	ReplayedHeader = "Idempotent-Replayed"
@@ -265,6 +273,8 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the intent has no idempotency key; refusing to deliver without one"}
 	case strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the idempotency key contains control characters and cannot be sent in a header"}
+	case strings.ContainsFunc(req.Namespace, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the namespace contains control characters and cannot be sent in a header", DidNotAct: true}
 	case ep.maxKeyLength > 0 && len(key) > ep.maxKeyLength:
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the idempotency key is longer than endpoint %q's %d bytes", ep.name, ep.maxKeyLength)}
 	}
@@ -287,6 +297,9 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", userAgent)
 	h.Set(IntentIDHeader, strconv.FormatInt(req.IntentID, 10))
+	if req.Namespace != "" {
+		h.Set(NamespaceHeader, req.Namespace)
+	}
 	h.Set(SignatureHeader, Sign(ep.secret, now, body))
 	if ep.keyHeader != "" {
 		h.Set(ep.keyHeader, key)
@@ -450,7 +463,9 @@ func retryAfter(v string, now time.Time) time.Duration {
 }
 
 // Reconcile returns providers.ErrReconcileUnsupported: a webhook receiver
-// cannot be asked whether it got a delivery.
+// cannot be asked whether it got a delivery, so the provider neither finds
+// a delivery nor proves one absent, and the dispatcher holds an ambiguous
+// delivery in_doubt.
 func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (providers.Result, bool, error) {
 	return providers.Result{}, false, providers.ErrReconcileUnsupported
 }

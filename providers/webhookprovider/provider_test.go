@@ -152,7 +152,36 @@ func TestPerformSendsASignedDelivery(t *testing.T) {
 			if !jsonEqual(t, env.Data, `{"note": "hello", "tags": ["a"]}`) {
 				t.Fatalf("data %s", env.Data)
 			}
+			if _, ok := r.Header["X-Outbox-Namespace"]; ok {
+				t.Fatalf("an intent without a namespace was sent one: %v", r.Header)
+			}
 		})
+	}
+}
+
+func TestDeliveryCarriesTheNamespace(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, answer(200, nil, `{}`))
+	p, err := webhookprovider.New(webhookprovider.Config{Endpoints: map[string]webhookprovider.Endpoint{"orders": endpoint(rc.srv.URL, true)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request(7, "ns-a:consumer:msg-1", payload)
+	req.Namespace = "ns-a"
+	if _, err := p.Perform(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if r := rc.got[0]; r.Header.Get(webhookprovider.NamespaceHeader) != "ns-a" || r.Header.Get(keyHeader) != "ns-a:consumer:msg-1" {
+		t.Fatalf("headers %v", r.Header)
+	}
+	req.Namespace = "ns\nb"
+	_, err = p.Perform(context.Background(), req)
+	var ae *providers.AttemptError
+	if !errors.As(err, &ae) || ae.Outcome != providers.OutcomeFailed || !ae.DidNotAct || rc.requests() != 1 {
+		t.Fatalf("a namespace with a control character: %v (%d requests)", err, rc.requests())
+	}
+	if _, _, err := p.Reconcile(context.Background(), req); !errors.Is(err, providers.ErrReconcileUnsupported) {
+		t.Fatalf("Reconcile = %v", err)
 	}
 }
 

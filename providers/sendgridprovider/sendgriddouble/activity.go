@@ -39,22 +39,44 @@ type ActivityResponse struct {
 }
 
 // uniqueArgsQuery matches unique_args['KEY']="VALUE", SendGrid's query for
-// a custom argument.
-var uniqueArgsQuery = regexp.MustCompile(`^unique_args\['([^']+)'\]\s*=\s*"([^"]*)"$`)
+// a custom argument, and to_email="ADDRESS".
+var uniqueArgsQuery = regexp.MustCompile(`^(?:unique_args\['([^']+)'\]|(to_email))\s*=\s*"([^"]*)"$`)
 
-// parseActivityQuery returns the custom argument a query filters on. One
-// pair of surrounding parentheses is allowed, as SendGrid's console writes
-// queries.
-func parseActivityQuery(q string) (key, value string, ok bool) {
-	q = strings.TrimSpace(q)
-	if strings.HasPrefix(q, "(") && strings.HasSuffix(q, ")") {
-		q = strings.TrimSpace(q[1 : len(q)-1])
+var andQuery = regexp.MustCompile(`\s+AND\s+`)
+
+// activityClause is one condition of an activity query: a custom argument
+// (key, value) or, when toEmail is set, a recipient.
+type activityClause struct {
+	key, value string
+	toEmail    bool
+}
+
+// parseActivityQuery parses the subset of SendGrid's query language the
+// double understands: unique_args['KEY']="VALUE" and to_email="ADDRESS"
+// conditions joined by AND, each optionally in parentheses, the whole
+// optionally in one more pair, as SendGrid's console writes queries.
+func parseActivityQuery(q string) ([]activityClause, bool) {
+	q = unparen(q)
+	if q == "" {
+		return nil, false
 	}
-	m := uniqueArgsQuery.FindStringSubmatch(q)
-	if m == nil {
-		return "", "", false
+	var out []activityClause
+	for _, part := range andQuery.Split(q, -1) {
+		m := uniqueArgsQuery.FindStringSubmatch(unparen(part))
+		if m == nil {
+			return nil, false
+		}
+		out = append(out, activityClause{key: m[1], value: m[3], toEmail: m[2] != ""})
 	}
-	return m[1], m[2], true
+	return out, true
+}
+
+func unparen(s string) string {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "(") && strings.HasSuffix(s, ")") && strings.Count(s, "(") == 1 {
+		s = strings.TrimSpace(s[1 : len(s)-1])
+	}
+	return s
 }
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
@@ -92,9 +114,9 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	key, value, ok := parseActivityQuery(params.Get("query"))
+	clauses, ok := parseActivityQuery(params.Get("query"))
 	if !ok {
-		writeErrors(w, http.StatusBadRequest, fieldError("query", fmt.Sprintf("invalid query: the double only understands unique_args['KEY']=\"VALUE\", got %q", params.Get("query"))))
+		writeErrors(w, http.StatusBadRequest, fieldError("query", fmt.Sprintf("invalid query: the double only understands unique_args['KEY']=\"VALUE\" and to_email=\"ADDRESS\" joined by AND, got %q", params.Get("query"))))
 		return
 	}
 
@@ -103,13 +125,16 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	// Most recent first, as SendGrid lists them.
 	for i := len(s.emails) - 1; i >= 0 && len(resp.Messages) < limit; i-- {
 		e := s.emails[i]
-		if !e.hasArg(key, value) {
+		if !e.hasArgs(clauses) {
 			continue
 		}
 		recipients := append(append(append([]string(nil), e.To...), e.Cc...), e.Bcc...)
 		for j, to := range recipients {
 			if len(resp.Messages) == limit {
 				break
+			}
+			if !matchesRecipient(clauses, to) {
+				continue
 			}
 			resp.Messages = append(resp.Messages, ActivityMessage{
 				MsgID:         fmt.Sprintf("%s.filterdrecv-double-1-%X-%d.0", e.MessageID, e.AcceptedAt.Unix(), j),
@@ -126,11 +151,32 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-func (e Email) hasArg(key, value string) bool {
+// hasArgs reports whether one personalization of e carries every custom
+// argument the clauses ask for.
+func (e Email) hasArgs(clauses []activityClause) bool {
 	for _, args := range e.personalizationArgs {
-		if v, ok := args[key]; ok && v == value {
+		all := true
+		for _, c := range clauses {
+			if c.toEmail {
+				continue
+			}
+			if v, ok := args[c.key]; !ok || v != c.value {
+				all = false
+				break
+			}
+		}
+		if all {
 			return true
 		}
 	}
 	return false
+}
+
+func matchesRecipient(clauses []activityClause, to string) bool {
+	for _, c := range clauses {
+		if c.toEmail && !strings.EqualFold(c.value, to) {
+			return false
+		}
+	}
+	return true
 }

@@ -10,9 +10,11 @@
 //
 // Differences from the real API that callers should know:
 //   - the Email Activity look-up is immediately consistent, where SendGrid's
-//     feed lags by seconds to minutes;
-//   - only the query unique_args['KEY']="VALUE" is understood by
-//     GET /v3/messages;
+//     feed lags by seconds to minutes (the adapter never treats "not found"
+//     as proof, so tests lose nothing);
+//   - GET /v3/messages understands only unique_args['KEY']="VALUE" and
+//     to_email="ADDRESS" conditions joined by AND (the adapter's query:
+//     namespace AND key);
 //   - the mail send rate-limit headers are informational (the real limit is
 //     rarely reached); 429s come from injected fault.RateLimit faults.
 package sendgriddouble

@@ -474,8 +474,11 @@ func TestFaults(t *testing.T) {
 func TestActivityLookUp(t *testing.T) {
 	t.Parallel()
 	s := start(t, sendgriddouble.Config{Now: func() time.Time { return fixedNow }})
-	first := send(t, s, message("7"))
+	m7 := message("7")
+	m7.SetCustomArg("outbox_key", "k7")
+	first := send(t, s, m7)
 	m := message("8")
+	m.SetCustomArg("outbox_key", "k8")
 	m.Personalizations[0].AddCCs(mail.NewEmail("", "cc@example.com"))
 	second := send(t, s, m)
 
@@ -515,6 +518,22 @@ func TestActivityLookUp(t *testing.T) {
 	}
 	if _, body := lookUp(t, sendgriddouble.DefaultAPIKey, map[string]string{"query": `unique_args['intent_id']="9"`}); len(body.Messages) != 0 {
 		t.Fatalf("unknown intent: %+v", body.Messages)
+	}
+	// Conditions joined by AND must all hold, custom arguments on the same
+	// email; to_email keeps only that recipient's rows.
+	for q, want := range map[string]int{
+		`unique_args['intent_id']="8" AND unique_args['outbox_key']="k8"`:                                 2,
+		`(unique_args['intent_id']="8") AND (unique_args['outbox_key']="k8")`:                             2,
+		`unique_args['intent_id']="8" AND unique_args['outbox_key']="k7"`:                                 0,
+		`unique_args['intent_id']="7" AND unique_args['outbox_key']="k8"`:                                 0,
+		`unique_args['outbox_key']="k8" AND to_email="cc@example.com"`:                                    1,
+		`unique_args['outbox_key']="k8" AND to_email="nobody@example.com"`:                                0,
+		`unique_args['intent_id']="8" AND unique_args['outbox_key']="k8" AND to_email="JANE@example.com"`: 1,
+	} {
+		resp, body := lookUp(t, sendgriddouble.DefaultAPIKey, map[string]string{"query": q})
+		if resp.StatusCode != 200 || len(body.Messages) != want {
+			t.Errorf("query %s: %d, %d rows, want %d", q, resp.StatusCode, len(body.Messages), want)
+		}
 	}
 	if resp, _ := lookUp(t, sendgriddouble.DefaultAPIKey, map[string]string{"query": `subject="Your order"`}); resp.StatusCode != 400 {
 		t.Fatalf("unsupported query: status %d, want 400", resp.StatusCode)

@@ -1,7 +1,7 @@
 // Package stripedouble is a local HTTP server that speaks enough of Stripe's
 // API for the real stripe-go v76 client to be pointed at it unchanged: it
-// creates, fetches and searches PaymentIntents, and honours Idempotency-Key
-// the way Stripe documents it (see PROVIDERS.md):
+// creates, fetches, lists and searches PaymentIntents, and honours
+// Idempotency-Key the way Stripe documents it (see PROVIDERS.md):
 //
 //   - the same key with the same parameters replays the first saved response
 //     (200, 402 card_error or 500 api_error) with "Idempotent-Replayed: true"
@@ -13,6 +13,13 @@
 //     key executes afresh;
 //   - a key is forgotten KeyRetention (24 h) after its first use, measured on
 //     Config.Now, after which a reuse executes as a new request.
+//
+// Listing (GET /v1/payment_intents) is strongly consistent, as Stripe's list
+// endpoints are: a PaymentIntent is listed as soon as it is created. Search
+// (GET /v1/payment_intents/search) is eventually consistent when
+// Config.SearchLag is set: a PaymentIntent becomes searchable only SearchLag
+// after its creation, on Config.Now, so a test can show search missing what
+// listing finds.
 //
 // Faults from package fault are injected into POST /v1/payment_intents, one
 // per request, and interpreted the way Stripe would show them (see
@@ -81,6 +88,12 @@ type Config struct {
 	// Addr is the address NewServer listens on. Defaults to "127.0.0.1:0"
 	// (a free port on loopback).
 	Addr string
+	// SearchLag is how long after its creation (on Now) a PaymentIntent
+	// becomes visible to search, as Stripe's search index lags behind
+	// (usually under a minute, up to an hour in outages). Zero makes search
+	// see everything at once. Listing is never delayed. SetSearchLag
+	// changes it later.
+	SearchLag time.Duration
 }
 
 // PaymentIntent is one PaymentIntent the double created: one charge attempt.
@@ -112,6 +125,9 @@ type PaymentIntent struct {
 	IdempotencyKey string
 	// RequestID is the Request-Id of the request that created it.
 	RequestID string
+	// SearchableAt is when search starts to see it: Created plus the
+	// search lag in force when it was created.
+	SearchableAt time.Time
 }
 
 func (pi PaymentIntent) clone() PaymentIntent {
@@ -134,6 +150,10 @@ type Stats struct {
 	// Requests is how many API requests (everything under /v1/) arrived,
 	// whatever their answer.
 	Requests int `json:"requests"`
+	// ListRequests and SearchRequests count the requests to
+	// GET /v1/payment_intents and GET /v1/payment_intents/search.
+	ListRequests   int `json:"list_requests"`
+	SearchRequests int `json:"search_requests"`
 	// Faults counts the faults the double applied, by kind. A fault drawn for
 	// a request that never reached the point where it applies (a 401, a 409,
 	// an idempotency mismatch, a validation error, or an error fault drawn for
@@ -162,6 +182,9 @@ type Server struct {
 	keys          *idemstore.Store[savedResponse]
 	declines      map[string]string
 	requests      int
+	lists         int
+	searches      int
+	searchLag     time.Duration
 	replays       int
 	faultsApplied map[fault.Kind]int
 }
@@ -189,6 +212,7 @@ func newServer(cfg Config) *Server {
 		apiKey:        cfg.APIKey,
 		now:           cfg.Now,
 		faults:        cfg.Faults,
+		searchLag:     cfg.SearchLag,
 		byID:          map[string]*PaymentIntent{},
 		keys:          idemstore.New[savedResponse](KeyRetention),
 		declines:      map[string]string{DeclinedCard: "generic_decline", InsufficientFundsCard: "insufficient_funds"},
@@ -205,6 +229,7 @@ func newServer(cfg Config) *Server {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/payment_intents", s.handleCreate)
+	mux.HandleFunc("GET /v1/payment_intents", s.handleList)
 	mux.HandleFunc("GET /v1/payment_intents/search", s.handleSearch)
 	mux.HandleFunc("GET /v1/payment_intents/{id}", s.handleGet)
 	mux.HandleFunc("GET /_double/stats", s.handleStats)
@@ -262,6 +287,14 @@ func (s *Server) Decline(paymentMethod, declineCode string) {
 	s.declines[paymentMethod] = declineCode
 }
 
+// SetSearchLag sets the search lag (see Config.SearchLag) for
+// PaymentIntents created from now on.
+func (s *Server) SetSearchLag(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.searchLag = d
+}
+
 // PaymentIntents returns a copy of every PaymentIntent created, in order.
 func (s *Server) PaymentIntents() []PaymentIntent {
 	s.mu.Lock()
@@ -293,6 +326,8 @@ func (s *Server) Stats() Stats {
 		PaymentIntents:   len(s.pis),
 		Replays:          s.replays,
 		Requests:         s.requests,
+		ListRequests:     s.lists,
+		SearchRequests:   s.searches,
 		Faults:           faults,
 		DuplicateEffects: s.effects.Duplicates(),
 		EffectsByIntent:  s.effects.Snapshot(),
@@ -697,6 +732,7 @@ func (s *Server) create(p createParams, key, reqID string) savedResponse {
 		pi.Status = "requires_payment_method"
 	}
 	s.mu.Lock()
+	pi.SearchableAt = pi.Created.Add(s.searchLag)
 	decline, declined := s.declines[p.paymentMethod]
 	if p.confirm && p.paymentMethod != "" {
 		if declined {
@@ -878,6 +914,9 @@ func (c clause) match(pi *PaymentIntent) bool {
 
 func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 	s.countRequest()
+	s.mu.Lock()
+	s.searches++
+	s.mu.Unlock()
 	reqID := newID("req_", 14)
 	if !s.authorize(w, r, reqID) {
 		return
@@ -911,9 +950,12 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 		offset = n
 	}
 	s.mu.Lock()
+	now := s.now()
 	var hits []map[string]any
-	for i := len(s.pis) - 1; i >= 0; i-- { // newest first, as Stripe orders search results
-		pi := s.pis[i]
+	for _, pi := range s.newestFirst() { // as Stripe orders search results
+		if now.Before(pi.SearchableAt) {
+			continue // not indexed yet: search is eventually consistent
+		}
 		all := true
 		for _, c := range clauses {
 			if !c.match(pi) {

@@ -84,6 +84,8 @@ type Delivery struct {
 	Path string
 	// IntentID is the X-Outbox-Intent-Id header.
 	IntentID string
+	// Namespace is the X-Outbox-Namespace header, or empty.
+	Namespace string
 	// IdempotencyKey is the Config.IdempotencyHeader's value, or empty.
 	IdempotencyKey string
 	// ID, Event, Data and CreatedAt are the body's fields.
@@ -288,6 +290,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	d := Delivery{
 		Path:      r.URL.Path,
 		IntentID:  r.Header.Get(webhookprovider.IntentIDHeader),
+		Namespace: r.Header.Get(webhookprovider.NamespaceHeader),
 		ID:        env.ID,
 		Event:     env.Event,
 		Data:      env.Data,

@@ -28,7 +28,7 @@ func intentsSubcommands() []intentsSubcommand {
 	return []intentsSubcommand{
 		{"list", "list intents, newest first, filtered by state, kind, consumer, ...", runIntentsList},
 		{"show", "show one intent: its redacted payload, every attempt and its event log", runIntentsShow},
-		{"retry", "resend an in_doubt intent (the operator checked the effect did not happen)", runIntentsRetry},
+		{"retry", "retry an in_doubt intent: perform it again (after checking the effect did not happen); alias: resend", runIntentsRetry},
 		{"cancel", "cancel a pending or in_doubt intent", runIntentsCancel},
 		{"resolve", "settle an in_doubt intent as succeeded or failed", runIntentsResolve},
 	}
@@ -55,21 +55,39 @@ func intentsUsage(w io.Writer) {
 	fmt.Fprintf(w, intentsOverview, b.String())
 }
 
+// intentsAliases are other names the subcommands answer to: the API and
+// the dashboard call a retry a resend.
+var intentsAliases = map[string]string{"resend": "retry"}
+
 func runIntents(ctx context.Context, args []string, env Env) error {
 	if len(args) == 0 {
 		intentsUsage(env.Stderr)
 		return usageErrorf("name a subcommand: list, show, retry, cancel or resolve")
 	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch args[0] {
+	case "-h", "-help", "--help":
 		intentsUsage(env.Stdout)
-		return nil
+		return flag.ErrHelp
+	case "help":
+		if len(args) == 1 {
+			intentsUsage(env.Stdout)
+			return flag.ErrHelp
+		}
+		// outboxd intents help list: the subcommand's help.
+		args = []string{args[1], "--help"}
 	}
+	name := args[0]
+	if alias, ok := intentsAliases[name]; ok {
+		name = alias
+	}
+	names := []string{}
 	for _, c := range intentsSubcommands() {
-		if c.name == args[0] {
+		if c.name == name {
 			return c.run(ctx, args[1:], env)
 		}
+		names = append(names, c.name)
 	}
-	return usageErrorf("unknown subcommand %q (want list, show, retry, cancel or resolve)", args[0])
+	return usageErrorf("unknown subcommand %q%s (want list, show, retry, cancel or resolve)", args[0], didYouMean(args[0], append(names, "resend")))
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -306,7 +324,7 @@ func (a *actionFlags) register(fs *flag.FlagSet, env Env) {
 	if actor == "" {
 		actor = "operator"
 	}
-	fs.StringVar(&a.actor, "actor", actor, `who acts, recorded as "operator:<actor>" (default $USER, else "operator")`)
+	fs.StringVar(&a.actor, "actor", actor, `who acts, recorded as "operator:<actor>"; the default is $USER, else "operator"`)
 	a.reason = fs.String("reason", "", fmt.Sprintf("why; recorded in the event log (required, at most %d characters)", audit.MaxReasonLength))
 	a.expectState = fs.String("expect-state", "", "act only if the intent is still in this state (the one you saw); otherwise change nothing and exit 1")
 	a.asJSON = fs.Bool("json", false, "print the intent, as it now is, as JSON")
@@ -326,8 +344,8 @@ func actionArgFlag(field string) string {
 
 func runIntentsRetry(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("intents retry", "intents retry ID|KEY --reason TEXT [flags]", `
-Resends an in_doubt intent: moves it back to pending and enqueues its
-dispatch job, in one transaction. Do this only after checking at the
+Retries an in_doubt intent ('resend' is another name for it): moves it
+back to pending and enqueues its dispatch job, in one transaction. Do this only after checking at the
 provider that the effect did not happen: the dispatcher then performs it
 once more, even past the provider's idempotency-key window (for Stripe,
 within the window a repeat is answered with Stripe's saved response).
@@ -402,7 +420,9 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	var te *audit.TransitionError
 	switch {
 	case errors.As(err, &te):
-		return fmt.Errorf("%w; nothing was changed", err)
+		named := *te
+		named.Action = actionVerb(kind)
+		return fmt.Errorf("%s; nothing was changed", named.Error())
 	case errors.Is(err, audit.ErrInvalidInput):
 		return actionUsageError(err)
 	case err != nil:
@@ -415,8 +435,17 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	if kind == audit.ActionResend {
 		note = "; a dispatch job is enqueued"
 	}
-	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, kind, audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix), note)
+	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, actionVerb(kind), audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix), note)
 	return nil
+}
+
+// actionVerb is the subcommand that carries out kind: the CLI's verb for
+// audit.ActionResend is retry.
+func actionVerb(kind audit.ActionKind) string {
+	if kind == audit.ActionResend {
+		return "retry"
+	}
+	return string(kind)
 }
 
 // parseOnePositional parses flags that may come before or after one
@@ -427,11 +456,8 @@ func parseOnePositional(fs *flag.FlagSet, args []string, env Env, what string) (
 	}
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return "", err
-			}
-			return "", fmt.Errorf("%w: %v", errUsage, err)
+		if err := parseFlags(fs, args, env); err != nil {
+			return "", err
 		}
 		if fs.NArg() == 0 {
 			break
@@ -467,7 +493,7 @@ func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, func()
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := openPool(ctx, dbURL, 4)
+	pool, err := openMigratedPool(ctx, dbURL, 4)
 	if err != nil {
 		return nil, nil, err
 	}

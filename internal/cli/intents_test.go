@@ -398,17 +398,17 @@ func TestIntentsAndStatsHelp(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"intents", "list"}, []string{"newest first", "-state", "-cursor", "-json", "-since"}},
-		{[]string{"intents", "show"}, []string{"redacted", "attempt", "-json"}},
-		{[]string{"intents", "retry"}, []string{"in_doubt", "-reason", "-actor", "key window"}},
-		{[]string{"intents", "cancel"}, []string{"pending or in_doubt", "-reason"}},
-		{[]string{"intents", "resolve"}, []string{"-as", "succeeded", "failed"}},
-		{[]string{"stats"}, []string{"by state", "in_doubt", "-json"}},
+		{[]string{"intents", "list"}, []string{"newest first", "--state", "--cursor", "--json", "--since"}},
+		{[]string{"intents", "show"}, []string{"redacted", "attempt", "--json"}},
+		{[]string{"intents", "retry"}, []string{"in_doubt", "--reason", "--actor", "key window"}},
+		{[]string{"intents", "cancel"}, []string{"pending or in_doubt", "--reason"}},
+		{[]string{"intents", "resolve"}, []string{"--as", "succeeded", "failed"}},
+		{[]string{"stats"}, []string{"by state", "in_doubt", "--json"}},
 	} {
 		r := outboxd(t, invocation{args: append(tc.args, "--help")})
 		if r.code != 0 {
 			t.Errorf("%v --help: %s; want exit 0", tc.args, r)
 		}
-		wantContains(t, fmt.Sprintf("%v --help", tc.args), r.stderr, tc.want...)
+		wantContains(t, fmt.Sprintf("%v --help", tc.args), r.stdout, tc.want...)
 	}
 }

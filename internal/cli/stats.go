@@ -23,7 +23,7 @@ dispatcher is behind or not running).`, env)
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, dbURL, 2)
+	pool, err := openMigratedPool(ctx, dbURL, 2)
 	if err != nil {
 		return err
 	}

@@ -7,15 +7,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/audit"
+	"github.com/outboxkit/outbox/providers/amqpprovider"
+	"github.com/outboxkit/outbox/providers/jetstreamprovider"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
+	"github.com/outboxkit/outbox/providers/webhookprovider"
 )
 
 type intentsSubcommand struct {
@@ -128,7 +134,7 @@ func runIntentsList(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("intents list", "intents list [flags]", `
 Lists intents, newest first, as a table (id, state, kind, reference,
 attempts, age, last error), one page at a time: when there are more, the
-last line says which --cursor continues. Filters combine (all must match);
+last line is the command that lists the next one, with the same filters. Filters combine (all must match);
 --state, --kind and --provider may be repeated or comma-separated.
 
 Examples:
@@ -140,7 +146,7 @@ Examples:
 	var states, kinds, providerNames listFlag
 	fs.Var(&states, "state", "keep intents in this state: "+stateList()+" (repeatable, or comma-separated)")
 	fs.Var(&kinds, "kind", "keep intents of this kind, e.g. "+stripeprovider.KindPaymentIntent+" (repeatable)")
-	fs.Var(&providerNames, "provider", "keep intents of this provider: "+stripeprovider.Name+" or "+sendgridprovider.Name+" (repeatable)")
+	fs.Var(&providerNames, "provider", "keep intents of this provider: "+strings.Join(builtinProviders, ", ")+" (repeatable)")
 	consumer := fs.String("consumer", "", "keep intents recorded by this consumer")
 	messageID := fs.String("message-id", "", "keep intents recorded for this message id")
 	reference := fs.String("reference", "", "keep intents with this business reference")
@@ -171,11 +177,17 @@ Examples:
 	if err := f.Validate(); err != nil {
 		return filterUsageError(err)
 	}
-	store, closeStore, err := openStore(ctx, dbURL, env)
+	store, pool, err := openStore(ctx, dbURL, env)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer pool.Close()
+	if err := checkKnown(ctx, pool, "--kind", "kind", kinds, builtinKinds); err != nil {
+		return err
+	}
+	if err := checkKnown(ctx, pool, "--provider", "provider", providerNames, builtinProviders); err != nil {
+		return err
+	}
 	page, err := store.List(ctx, f)
 	if err != nil {
 		return filterUsageError(err)
@@ -197,7 +209,64 @@ Examples:
 		return err
 	}
 	if page.NextCursor != "" {
-		fmt.Fprintf(env.Stdout, "next page: --cursor %s\n", page.NextCursor)
+		fmt.Fprintf(env.Stdout, "next page: %s\n", nextPageCommand(fs, f, page.NextCursor))
+	}
+	return nil
+}
+
+// nextPageCommand is the command that lists the next page: this one with
+// the same filters (--since and --until as the times they meant, so the
+// window does not slide) and the cursor. The database URL is left out: it
+// may hold a password.
+func nextPageCommand(fs *flag.FlagSet, f audit.Filter, cursor string) string {
+	words := []string{"outboxd", "intents", "list"}
+	fs.Visit(func(fl *flag.Flag) {
+		value := fl.Value.String()
+		switch fl.Name {
+		case "database-url", "cursor", "json":
+			return
+		case "since":
+			value = f.CreatedSince.UTC().Format(time.RFC3339Nano)
+		case "until":
+			value = f.CreatedUntil.UTC().Format(time.RFC3339Nano)
+		}
+		words = append(words, "--"+fl.Name, shellQuote(value))
+	})
+	return strings.Join(append(words, "--cursor", shellQuote(cursor)), " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:/@%+=-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// builtinKinds and builtinProviders are the kinds and providers outboxd
+// knows; a library user's own may also be in the database.
+var (
+	builtinKinds     = []string{stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail, jetstreamprovider.KindPublish, amqpprovider.KindPublish, webhookprovider.KindPost}
+	builtinProviders = []string{stripeprovider.Name, sendgridprovider.Name, jetstreamprovider.Name, amqpprovider.Name, webhookprovider.Name}
+)
+
+// checkKnown refuses a --kind or --provider that is neither built in nor
+// found on any intent in the database: a typo would otherwise match
+// nothing and look like an empty outbox.
+func checkKnown(ctx context.Context, pool *pgxpool.Pool, flagName, column string, given, builtin []string) error {
+	for _, v := range given {
+		if slices.Contains(builtin, v) {
+			continue
+		}
+		var found bool
+		// Only for a name outboxd does not know: no index covers it.
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox_intents WHERE `+column+` = $1)`, v).Scan(&found); err != nil {
+			return err
+		}
+		if !found {
+			return usageErrorf("%s %q: unknown %s%s; known: %s (and any other %s an intent in this database has)",
+				flagName, v, column, didYouMean(v, builtin), strings.Join(builtin, ", "), column)
+		}
 	}
 	return nil
 }
@@ -216,11 +285,11 @@ Exits 1 if there is no such intent.`, env)
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(ctx, dbURL, env)
+	store, pool, err := openStore(ctx, dbURL, env)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer pool.Close()
 	d, err := store.Get(ctx, idOrKey)
 	if err != nil {
 		return err
@@ -403,11 +472,11 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	if err := action.Validate(); err != nil {
 		return actionUsageError(err)
 	}
-	store, closeStore, err := openStore(ctx, af.dbURL, env)
+	store, pool, err := openStore(ctx, af.dbURL, env)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer pool.Close()
 	if !numeric {
 		d, err := store.Get(ctx, idOrKey)
 		if err != nil {
@@ -485,9 +554,9 @@ func parseID(s string) (int64, bool) {
 
 // openStore connects and returns an audit.Store that redacts with the
 // rule of every provider that needs no connection to redact (stripe,
-// sendgrid, rabbitmq; no credentials needed) and a function that closes it.
-// Payloads of other kinds are hidden entirely.
-func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, func(), error) {
+// sendgrid, rabbitmq; no credentials needed) and its pool, to close when
+// done. Payloads of other kinds are hidden entirely.
+func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, *pgxpool.Pool, error) {
 	pf := providerFlags{enabled: "stripe,sendgrid,rabbitmq", stripeBase: stripeprovider.DefaultBaseURL, sendgridBase: sendgridprovider.DefaultBaseURL}
 	registry, err := pf.registry(ctx, env, false, nil, nil)
 	if err != nil {
@@ -497,7 +566,7 @@ func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, func()
 	if err != nil {
 		return nil, nil, err
 	}
-	return audit.New(pool, registry), pool.Close, nil
+	return audit.New(pool, registry), pool, nil
 }
 
 func filterUsageError(err error) error {

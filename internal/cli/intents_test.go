@@ -149,13 +149,45 @@ func TestIntentsListTableFiltersAndPages(t *testing.T) {
 
 	// Pages: two, then the rest, following the hint.
 	r = db.run(t, "intents", "list", "--limit", "2")
-	hint := regexp.MustCompile(`(?m)^next page: --cursor (\S+)$`).FindStringSubmatch(r.stdout)
+	hint := regexp.MustCompile(`(?m)^next page: outboxd intents list --limit 2 --cursor (\S+)$`).FindStringSubmatch(r.stdout)
 	if r.code != 0 || hint == nil || fmt.Sprint(tableIDs(t, r.stdout)) != idList(db.notice, db.receipt) {
 		t.Fatalf("intents list --limit 2: %s; want the two newest and a next-page hint", r)
 	}
 	r = db.run(t, "intents", "list", "--limit", "2", "--cursor", hint[1])
 	if r.code != 0 || fmt.Sprint(tableIDs(t, r.stdout)) != idList(db.payment) || strings.Contains(r.stdout, "next page") {
 		t.Fatalf("intents list --cursor: %s; want the oldest and no hint", r)
+	}
+
+	// The hint keeps the filters: following it lists the rest of the
+	// filtered intents, not of all of them.
+	r = db.run(t, "intents", "list", "--limit", "1", "--kind", "sendgrid.email", "--state", "pending,in_doubt", "--since", "1h", "--json=false")
+	next := regexp.MustCompile(`(?m)^next page: outboxd (.+)$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || next == nil || fmt.Sprint(tableIDs(t, r.stdout)) != idList(db.notice) {
+		t.Fatalf("filtered first page: %s", r)
+	}
+	wantContains(t, "the next-page hint", next[1], "--kind sendgrid.email", "--state pending,in_doubt", "--limit 1", "--since 20")
+	if strings.Contains(next[1], "database-url") || strings.Contains(next[1], "1h") {
+		t.Errorf("the hint names the database URL or the relative --since: %s", next[1])
+	}
+	r = db.run(t, strings.Fields(next[1])...)
+	if r.code != 0 || fmt.Sprint(tableIDs(t, r.stdout)) != idList(db.receipt) || strings.Contains(r.stdout, "next page") {
+		t.Fatalf("following the filtered hint %q: %s; want only the other email, and no hint", next[1], r)
+	}
+
+	// A typo in --kind or --provider is refused, naming the known ones.
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--kind", "stripe.payment_intnet"}, []string{`--kind "stripe.payment_intnet": unknown kind (did you mean "stripe.payment_intent"?)`, "sendgrid.email", "webhook.post"}},
+		{[]string{"--provider", "sendgird"}, []string{`--provider "sendgird": unknown provider (did you mean "sendgrid"?)`, "stripe, sendgrid, nats, rabbitmq, webhook"}},
+		{[]string{"--kind", "fax.send"}, []string{`unknown kind; known: stripe.payment_intent`}},
+	} {
+		r := db.run(t, append([]string{"intents", "list"}, tc.args...)...)
+		if r.code != 2 {
+			t.Errorf("intents list %v: %s; want exit 2", tc.args, r)
+		}
+		wantContains(t, fmt.Sprintf("intents list %v stderr", tc.args), r.stderr, tc.want...)
 	}
 
 	// --json prints the Page.

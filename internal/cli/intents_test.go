@@ -304,7 +304,10 @@ func TestIntentsRetryCancelResolve(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("retry: %s", r)
 	}
-	wantContains(t, "retry stdout", r.stdout, fmt.Sprintf("intent %d is now pending", db.receipt), "operator:alice", "dispatch job")
+	wantContains(t, "retry stdout", r.stdout, fmt.Sprintf("intent %d is now pending (retry by operator:alice", db.receipt), "dispatch job")
+	if strings.Contains(r.stdout, "resend") {
+		t.Errorf("retry's output says resend:\n%s", r.stdout)
+	}
 	var actor, reason string
 	var jobs int
 	if err := db.pool.QueryRow(ctx, `SELECT actor, reason, (SELECT count(*) FROM river_job WHERE state = 'available' AND (args->>'intent_id')::bigint = $1)
@@ -317,11 +320,11 @@ func TestIntentsRetryCancelResolve(t *testing.T) {
 
 	// Illegal: retry it again (it is pending now). Exit 1, nothing changed.
 	before, beforeEvents := db.state(t, db.receipt)
-	r = db.run(t, "intents", "retry", fmt.Sprint(db.receipt), "--reason", "again")
+	r = db.run(t, "intents", "resend", fmt.Sprint(db.receipt), "--reason", "again") // resend: retry's alias
 	if r.code != 1 {
 		t.Fatalf("retry of a pending intent: %s; want exit 1", r)
 	}
-	wantContains(t, "stderr", r.stderr, "it is pending", "only from in_doubt", "nothing was changed")
+	wantContains(t, "stderr", r.stderr, fmt.Sprintf("cannot retry intent %d: it is pending", db.receipt), "only from in_doubt", "nothing was changed")
 	if after, afterEvents := db.state(t, db.receipt); after != before || afterEvents != beforeEvents {
 		t.Errorf("a refused retry changed the intent: %s/%d -> %s/%d", before, beforeEvents, after, afterEvents)
 	}

@@ -96,14 +96,15 @@ is absorbed as duplicates.`, env)
 			return err
 		}
 	} else {
-		fmt.Fprintf(env.Stdout, "%d values (%d lines): %d messages recorded with %d intents, %d duplicates absorbed, %d bad values\n",
-			summary.Values, summary.Lines, summary.Messages, summary.Intents, summary.Duplicates, summary.BadValues)
+		fmt.Fprintf(env.Stdout, "%s (%s): %s recorded with %s, %s absorbed, %s\n",
+			plural(summary.Values, "value"), plural(summary.Lines, "line"), plural(summary.Messages, "message"),
+			plural(summary.Intents, "intent"), plural(summary.Duplicates, "duplicate"), plural(summary.BadValues, "bad value"))
 	}
 	if err != nil {
 		return err
 	}
 	if summary.BadValues > 0 {
-		return fmt.Errorf("%d bad values (reported above); nothing of them was written", summary.BadValues)
+		return fmt.Errorf("%s (reported above); nothing of them was written", plural(summary.BadValues, "bad value"))
 	}
 	return nil
 }
@@ -132,14 +133,14 @@ func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, 
 	}()
 	interrupted := func(detail string) (recordSummary, error) {
 		s.Interrupted = true
-		return s, fmt.Errorf("interrupted%s; the %d messages above were recorded (feeding the input again is safe: they are absorbed as duplicates)", detail, s.Messages)
+		return s, fmt.Errorf("interrupted%s; %s before it recorded (feeding the input again is safe: what was recorded is absorbed as duplicates)", detail, plural(s.Messages, "message"))
 	}
 	for {
 		var v jsonValue
 		var ok bool
 		select {
 		case <-ctx.Done():
-			return interrupted(fmt.Sprintf(" after %d values", s.Values))
+			return interrupted(" after " + plural(s.Values, "value"))
 		case v, ok = <-values:
 		}
 		if !ok {
@@ -290,4 +291,12 @@ func scanJSONValues(in io.Reader, emit func(jsonValue) bool) {
 	if depth > 0 {
 		send(jsonValue{line: start, bad: errors.New("incomplete JSON value: the input ended before it did")})
 	}
+}
+
+// plural is "1 value", "2 values".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -54,7 +54,7 @@ func TestRecordTakesAStreamOfJSONValuesAndNamesTheBadOneAndItsLine(t *testing.T)
 		fmt.Sprintf(`value 2 (line %d): intent 0 (stripe.payment_intent): invalid stripe.payment_intent payload: field "amount"`, badLine),
 		fmt.Sprintf("value 6 (line %d): incomplete JSON value: line %d starts a new value", fifthLine, fifthLine+2),
 		"2 bad values")
-	wantContains(t, "stdout", r.stdout, fmt.Sprintf("7 values (%d lines): 4 messages recorded with 4 intents, 1 duplicates absorbed, 2 bad values", fifthLine+2))
+	wantContains(t, "stdout", r.stdout, fmt.Sprintf("7 values (%d lines): 4 messages recorded with 4 intents, 1 duplicate absorbed, 2 bad values", fifthLine+2))
 	if got := countRows(t, pool); fmt.Sprint(got.markers) != "[billing/p-1 billing/p-3 billing/p-4 billing/p-6]" {
 		t.Errorf("markers = %v", got.markers)
 	}
@@ -114,5 +114,5 @@ func TestRecordInterruptedPrintsWhatWasRecorded(t *testing.T) {
 		t.Fatal("record did not stop when interrupted")
 	}
 	wantContains(t, "stdout", stdout.String(), "2 values (2 lines): 2 messages recorded with 2 intents, 0 duplicates absorbed, 0 bad values")
-	wantContains(t, "stderr", stderr.String(), "interrupted after 2 values", "2 messages above were recorded")
+	wantContains(t, "stderr", stderr.String(), "interrupted after 2 values", "2 messages before it recorded")
 }

@@ -125,7 +125,7 @@ func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
 			}
 		}
 	}
-	wantContains(t, "stdout", r.stdout, "15 values (15 lines): 4 messages recorded with 5 intents, 1 duplicates absorbed, 10 bad values")
+	wantContains(t, "stdout", r.stdout, "15 values (15 lines): 4 messages recorded with 5 intents, 1 duplicate absorbed, 10 bad values")
 	wantContains(t, "stderr", r.stderr, "10 bad values", "nothing of them was written")
 
 	got := countRows(t, pool)

@@ -26,11 +26,11 @@ type NotMigratedError struct {
 func (e *NotMigratedError) Error() string {
 	switch {
 	case e.Current == 0:
-		return fmt.Sprintf("the database has no outbox schema (it was never migrated): run `outboxd migrate` first (it creates schema version %d)", e.Want)
+		return fmt.Sprintf("no outbox schema (the database was never migrated): run `outboxd migrate` first (it creates schema version %d)", e.Want)
 	case e.Current < e.Want:
-		return fmt.Sprintf("the database's outbox schema is at version %d, older than the version %d this binary needs: run `outboxd migrate`", e.Current, e.Want)
+		return fmt.Sprintf("outbox schema at version %d, older than the version %d this binary needs: run `outboxd migrate`", e.Current, e.Want)
 	}
-	return fmt.Sprintf("the database's outbox schema is at version %d, newer than the version %d this binary knows: upgrade outboxd, or roll the schema back with `outboxd migrate --down-to %d`", e.Current, e.Want, e.Want)
+	return fmt.Sprintf("outbox schema at version %d, newer than the version %d this binary knows: upgrade outboxd, or roll the schema back with `outboxd migrate --down-to %d`", e.Current, e.Want, e.Want)
 }
 
 // Is reports whether target is ErrNotMigrated.

@@ -36,7 +36,7 @@ func commands() []command {
 	return []command{
 		{"migrate", "create or upgrade the database schema (River's and the outbox's)", runMigrate},
 		{"run", "run the dispatcher daemon that performs recorded intents", runDispatcher},
-		{"record", "record messages and their intents from JSON lines (file or stdin)", runRecord},
+		{"record", "record messages and their intents from a stream of JSON values (file or stdin)", runRecord},
 		{"demo", "run the whole pipeline end to end against local provider doubles", runDemo},
 		{"intents", "list and show intents; retry, cancel or resolve one (operator actions, audited)", runIntents},
 		{"stats", "count intents by state and kind; in_doubt count and oldest pending age", runStats},
@@ -106,7 +106,13 @@ func Main(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "outboxd: %s before a command: flags go after it, as in 'outboxd <command> %s'; run 'outboxd help' for the commands\n", args[0], args[0])
 		return 2
 	}
-	fmt.Fprintf(env.Stderr, "outboxd: unknown command %q%s; run 'outboxd help' for the commands\n", args[0], didYouMean(args[0], commandNames()))
+	hint := didYouMean(args[0], commandNames())
+	for _, c := range intentsSubcommands() {
+		if c.name == args[0] || intentsAliases[args[0]] == c.name {
+			hint = fmt.Sprintf(" (did you mean 'outboxd intents %s'?)", args[0])
+		}
+	}
+	fmt.Fprintf(env.Stderr, "outboxd: unknown command %q%s; run 'outboxd help' for the commands\n", args[0], hint)
 	return 2
 }
 

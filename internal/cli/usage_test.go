@@ -40,6 +40,8 @@ func TestTyposGetOneLineAndASuggestion(t *testing.T) {
 	}{
 		{[]string{"stauts"}, []string{`unknown command "stauts" (did you mean "stats"?)`, "outboxd help"}},
 		{[]string{"migarte"}, []string{`(did you mean "migrate"?)`}},
+		{[]string{"list", "--state", "in_doubt"}, []string{`unknown command "list" (did you mean 'outboxd intents list'?)`}},
+		{[]string{"resend", "5"}, []string{`(did you mean 'outboxd intents resend'?)`}},
 		{[]string{"help", "recrod"}, []string{`unknown command "recrod" (did you mean "record"?)`}},
 		{[]string{"intents", "lsit"}, []string{`unknown subcommand "lsit" (did you mean "list"?)`}},
 		{[]string{"intents", "resnd"}, []string{`(did you mean "resend"?)`}},

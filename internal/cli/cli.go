@@ -124,7 +124,8 @@ func exitCode(name string, err error, env Env) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(env.Stderr, "outboxd %s: %v\n", name, cliMessage(err))
+		// The sentinel's text says nothing the message does not.
+		fmt.Fprintf(env.Stderr, "outboxd %s: %s\n", name, strings.TrimPrefix(cliMessage(err), errUsage.Error()+": "))
 		return 2
 	default:
 		fmt.Fprintf(env.Stderr, "outboxd %s: %v\n", name, cliMessage(err))

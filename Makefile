@@ -8,6 +8,10 @@ STRIPE_MOCK   := github.com/stripe/stripe-mock@v0.203.0
 TOOLS         := $(CURDIR)/.tools
 DATABASE_URL  ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
+# outboxd version prints this; go install ...@vX.Y.Z records the tag instead.
+VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS       := -X github.com/outboxkit/outbox/internal/cli.version=$(VERSION)
+CHAOS_DURATION ?= 5m
 # The Stripe adapter's requests are checked against Stripe's OpenAPI spec.
 export STRIPE_MOCK_BIN ?= $(TOOLS)/stripe-mock
 
@@ -41,9 +45,12 @@ test/short: db-check $(TOOLS)/stripe-mock ## every test, without the race detect
 BENCH_OUT ?= bench-results.md
 
 .PHONY: bench
-bench: db-check ## throughput, latency and memory, each against a baseline from the same run: one table, also written to $(BENCH_OUT)
-	$(GO) build -o bin/outboxd ./cmd/outboxd
+bench: build db-check ## throughput, latency and memory, each against a baseline from the same run: one table, also written to $(BENCH_OUT)
 	bin/outboxd bench --out $(BENCH_OUT)
+
+.PHONY: chaos
+chaos: build db-check ## soak the multi-process chaos suite for $(CHAOS_DURATION): killed dispatchers, killed connections, faulty providers
+	bin/outboxd chaos --duration $(CHAOS_DURATION)
 
 .PHONY: lint
 lint: $(TOOLS)/staticcheck ## gofmt check, go vet and staticcheck
@@ -59,8 +66,8 @@ $(TOOLS)/stripe-mock:
 	GOBIN=$(TOOLS) $(GO) install $(STRIPE_MOCK)
 
 .PHONY: build
-build: ## build bin/outboxd
-	$(GO) build -o bin/outboxd ./cmd/outboxd
+build: ## build bin/outboxd, its version from git describe (outboxd version)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/outboxd ./cmd/outboxd
 
 .PHONY: migrate
 migrate: db-check ## migrate the database at DATABASE_URL

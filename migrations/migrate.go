@@ -11,7 +11,6 @@ package migrations
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -213,27 +212,11 @@ func (m *Migrator) DownTo(ctx context.Context, target int) (Result, error) {
 	return res, err
 }
 
-// ErrNotMigrated is returned by Check when the database's outbox schema is
-// not at the version this binary embeds.
-var ErrNotMigrated = errors.New("database schema is not current: run `outboxd migrate`")
-
-// Check returns nil when the outbox schema is at Latest, and an error
-// wrapping ErrNotMigrated that names both versions otherwise.
+// Check returns nil when the outbox schema is at Latest, and a
+// *NotMigratedError (errors.Is ErrNotMigrated) naming both versions
+// otherwise. It is CheckSchema on the Migrator's pool.
 func (m *Migrator) Check(ctx context.Context) error {
-	var exists bool
-	if err := m.pool.QueryRow(ctx, `SELECT to_regclass('outbox_migration') IS NOT NULL`).Scan(&exists); err != nil {
-		return err
-	}
-	current := 0
-	if exists {
-		if err := m.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM outbox_migration`).Scan(&current); err != nil {
-			return err
-		}
-	}
-	if current != Latest() {
-		return fmt.Errorf("%w (database at version %d, binary expects %d)", ErrNotMigrated, current, Latest())
-	}
-	return nil
+	return CheckSchema(ctx, m.pool)
 }
 
 // locked runs fn holding a session advisory lock on a dedicated connection,

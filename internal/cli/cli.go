@@ -36,7 +36,7 @@ func commands() []command {
 	return []command{
 		{"migrate", "create or upgrade the database schema (River's and the outbox's)", runMigrate},
 		{"run", "run the dispatcher daemon that performs recorded intents", runDispatcher},
-		{"record", "record messages and their intents from JSON lines (file or stdin)", runRecord},
+		{"record", "record messages and their intents from a stream of JSON values (file or stdin)", runRecord},
 		{"demo", "run the whole pipeline end to end against local provider doubles", runDemo},
 		{"intents", "list and show intents; retry, cancel or resolve one (operator actions, audited)", runIntents},
 		{"stats", "count intents by state and kind; in_doubt count and oldest pending age", runStats},
@@ -48,14 +48,16 @@ func commands() []command {
 }
 
 const overview = `outboxd: a transactional outbox that performs external side effects
-(payments, emails) exactly once, from messages delivered at least once.
+(payments, emails) at most once each, from messages delivered at least once.
 
 Usage:
   outboxd <command> [flags]
 
 Commands:
-%s
-Run 'outboxd <command> --help' for a command's flags.
+%s  help     print this, or a command's help: outboxd help <command>
+  version  print outboxd's version
+
+Run 'outboxd help <command>' (or 'outboxd <command> --help') for a command's flags.
 
 Quick start:
   outboxd demo                 # everything end to end, in a scratch database
@@ -85,41 +87,94 @@ func Main(ctx context.Context, args []string, env Env) int {
 		usage(env.Stderr)
 		return 2
 	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch args[0] {
+	case "-h", "-help", "--help":
 		usage(env.Stdout)
+		return 0
+	case "help":
+		return runHelp(ctx, args[1:], env)
+	case "version", "-version", "--version":
+		fmt.Fprintf(env.Stdout, "outboxd %s\n", Version())
 		return 0
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, args[1:], env)
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.Is(err, errUsage):
-			fmt.Fprintf(env.Stderr, "outboxd %s: %v\n", c.name, err)
-			return 2
-		default:
-			fmt.Fprintf(env.Stderr, "outboxd %s: %v\n", c.name, err)
-			return 1
+		return exitCode(c.name, c.run(ctx, args[1:], env), env)
+	}
+	if strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(env.Stderr, "outboxd: %s before a command: flags go after it, as in 'outboxd <command> %s'; run 'outboxd help' for the commands\n", args[0], args[0])
+		return 2
+	}
+	hint := didYouMean(args[0], commandNames())
+	for _, c := range intentsSubcommands() {
+		if c.name == args[0] || intentsAliases[args[0]] == c.name {
+			hint = fmt.Sprintf(" (did you mean 'outboxd intents %s'?)", args[0])
 		}
 	}
-	fmt.Fprintf(env.Stderr, "outboxd: unknown command %q\n\n", args[0])
-	usage(env.Stderr)
+	fmt.Fprintf(env.Stderr, "outboxd: unknown command %q%s; run 'outboxd help' for the commands\n", args[0], hint)
 	return 2
 }
 
-// newFlagSet returns a flag set whose usage names the command and explains
-// it, and whose errors are returned rather than exiting.
+// exitCode prints a command's error and returns its exit code.
+func exitCode(name string, err error, env Env) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		// The sentinel's text says nothing the message does not.
+		fmt.Fprintf(env.Stderr, "outboxd %s: %s\n", name, strings.TrimPrefix(cliMessage(err), errUsage.Error()+": "))
+		return 2
+	default:
+		fmt.Fprintf(env.Stderr, "outboxd %s: %v\n", name, cliMessage(err))
+		return 1
+	}
+}
+
+// runHelp is 'outboxd help [command [subcommand]]': the overview, or the
+// command's own --help.
+func runHelp(ctx context.Context, args []string, env Env) int {
+	if len(args) == 0 {
+		usage(env.Stdout)
+		return 0
+	}
+	switch args[0] {
+	case "help":
+		usage(env.Stdout)
+		return 0
+	case "version":
+		fmt.Fprintln(env.Stdout, "Usage: outboxd version\n\nPrints outboxd's version (also: outboxd --version).")
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return exitCode(c.name, c.run(ctx, append(append([]string{}, args[1:]...), "--help"), env), env)
+		}
+	}
+	fmt.Fprintf(env.Stderr, "outboxd help: unknown command %q%s; run 'outboxd help' for the commands\n", args[0], didYouMean(args[0], commandNames()))
+	return 2
+}
+
+func commandNames() []string {
+	names := []string{"help", "version"}
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+// newFlagSet returns a flag set whose help names the command, explains it
+// and lists its flags in --flag style, and whose errors are returned
+// rather than printed with the whole help (see parseFlags).
 func newFlagSet(name, synopsis, description string, env Env) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: outboxd %s\n\n%s\n\nFlags (each can also be set as OUTBOXD_<FLAG>, e.g. --log-format as OUTBOXD_LOG_FORMAT; the command line wins):\n", synopsis, strings.TrimSpace(description))
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	return fs
 }
@@ -152,14 +207,11 @@ func parse(fs *flag.FlagSet, args []string, env Env) error {
 	if err := applyEnv(fs, env); err != nil {
 		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseFlags(fs, args, env); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q: this command takes only flags (see --help)", errUsage, fs.Arg(0))
+		return fmt.Errorf("%w: unexpected argument %q: this command takes only flags (see 'outboxd %s --help')", errUsage, fs.Arg(0), fs.Name())
 	}
 	return nil
 }

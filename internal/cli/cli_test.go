@@ -64,7 +64,7 @@ func TestTopLevelUsageAndExitCodes(t *testing.T) {
 	if r.code != 2 {
 		t.Errorf("outboxd frobnicate: %s; want exit 2", r)
 	}
-	wantContains(t, "stderr", r.stderr, `unknown command "frobnicate"`, "Commands:")
+	wantContains(t, "stderr", r.stderr, `unknown command "frobnicate"`, "outboxd help")
 }
 
 func TestEachCommandsHelpSaysWhatItDoes(t *testing.T) {
@@ -74,8 +74,8 @@ func TestEachCommandsHelpSaysWhatItDoes(t *testing.T) {
 		purpose []string
 	}{
 		{"migrate", []string{"Creates or upgrades", "schema", "--down-to"}},
-		{"run", []string{"Runs the dispatcher", "STRIPE_API_KEY", "SENDGRID_API_KEY", "-workers", "SIGTERM"}},
-		{"record", []string{"Reads messages as JSON lines", "line number", "-file", "-json"}},
+		{"run", []string{"Runs the dispatcher", "STRIPE_API_KEY", "SENDGRID_API_KEY", "--workers", "SIGTERM"}},
+		{"record", []string{"Reads messages as a stream of JSON values", "the line\nit starts on", "--file", "--json", "Ctrl-C"}},
 	} {
 		for _, flag := range []string{"--help", "-h"} {
 			r := outboxd(t, invocation{env: map[string]string{"STRIPE_API_KEY": secretStripeKey}, args: []string{tc.command, flag}})
@@ -221,7 +221,7 @@ func TestRunWithOnlyTheKeysOfItsProvidersGetsToTheDatabase(t *testing.T) {
 	if r.code != 1 {
 		t.Errorf("%s; want exit 1", r)
 	}
-	wantContains(t, "stderr", r.stderr, "run `outboxd migrate`", "database at version 0")
+	wantContains(t, "stderr", r.stderr, "run `outboxd migrate`", "never migrated")
 	for _, notWant := range []string{"refusing to start", "STRIPE_API_KEY", "SENDGRID_API_KEY"} {
 		if strings.Contains(r.stderr, notWant) {
 			t.Errorf("stderr mentions %q:\n%s", notWant, r.stderr)
@@ -285,9 +285,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--rescue-after", "1s"}, []string{"RescueStuckJobsAfter"}},
-		{[]string{"--call-timeout", "10s", "--rescue-after", "25s"}, []string{"RescueStuckJobsAfter", "25s"}},
-		{[]string{"--retry-backoff", "10s", "--retry-backoff-max", "1s"}, []string{"RetryBackoffMax"}},
+		{[]string{"--rescue-after", "1s"}, []string{"--rescue-after (1s) must exceed twice --call-timeout"}},
+		{[]string{"--call-timeout", "10s", "--rescue-after", "25s"}, []string{"--rescue-after", "25s"}},
+		{[]string{"--retry-backoff", "10s", "--retry-backoff-max", "1s"}, []string{"--retry-backoff-max (1s) is less than --retry-backoff (10s)"}},
 	} {
 		r := outboxd(t, invocation{env: env, args: append([]string{"run"}, tc.args...)})
 		if r.code != 2 {
@@ -295,6 +295,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 			continue
 		}
 		wantContains(t, fmt.Sprintf("run %q stderr", tc.args), r.stderr, tc.want...)
+		if strings.Contains(r.stderr, "Config.") {
+			t.Errorf("run %q names a Go field instead of the flag:\n%s", tc.args, r.stderr)
+		}
 	}
 }
 

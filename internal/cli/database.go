@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/migrations"
 )
 
 // DefaultDatabaseURL is used when neither --database-url nor DATABASE_URL
@@ -37,6 +39,23 @@ func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, e
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connect to database %s on %s:%d: %w", cfg.ConnConfig.Database, cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// openMigratedPool is openPool for a command that reads or writes the
+// outbox's tables: a database whose outbox schema is missing or not
+// current is refused with one error naming `outboxd migrate`, before the
+// command reads any input or writes anything.
+func openMigratedPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	pool, err := openPool(ctx, url, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrations.CheckSchema(ctx, pool); err != nil {
+		cfg := pool.Config().ConnConfig
+		pool.Close()
+		return nil, fmt.Errorf("database %q on %s:%d: %w", cfg.Database, cfg.Host, cfg.Port, err)
 	}
 	return pool, nil
 }

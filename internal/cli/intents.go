@@ -7,16 +7,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/internal/bytecheck"
+	"github.com/outboxkit/outbox/providers/amqpprovider"
+	"github.com/outboxkit/outbox/providers/jetstreamprovider"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
+	"github.com/outboxkit/outbox/providers/webhookprovider"
 )
 
 type intentsSubcommand struct {
@@ -29,7 +35,7 @@ func intentsSubcommands() []intentsSubcommand {
 	return []intentsSubcommand{
 		{"list", "list intents, newest first, filtered by state, kind, consumer, ...", runIntentsList},
 		{"show", "show one intent: its redacted payload, every attempt and its event log", runIntentsShow},
-		{"retry", "resend an in_doubt intent (the operator checked the effect did not happen)", runIntentsRetry},
+		{"retry", "retry an in_doubt intent: perform it again (after checking the effect did not happen); alias: resend", runIntentsRetry},
 		{"cancel", "cancel a pending or in_doubt intent", runIntentsCancel},
 		{"resolve", "settle an in_doubt intent as succeeded or failed", runIntentsResolve},
 	}
@@ -56,21 +62,39 @@ func intentsUsage(w io.Writer) {
 	fmt.Fprintf(w, intentsOverview, b.String())
 }
 
+// intentsAliases are other names the subcommands answer to: the API and
+// the dashboard call a retry a resend.
+var intentsAliases = map[string]string{"resend": "retry"}
+
 func runIntents(ctx context.Context, args []string, env Env) error {
 	if len(args) == 0 {
 		intentsUsage(env.Stderr)
 		return usageErrorf("name a subcommand: list, show, retry, cancel or resolve")
 	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch args[0] {
+	case "-h", "-help", "--help":
 		intentsUsage(env.Stdout)
-		return nil
+		return flag.ErrHelp
+	case "help":
+		if len(args) == 1 {
+			intentsUsage(env.Stdout)
+			return flag.ErrHelp
+		}
+		// outboxd intents help list: the subcommand's help.
+		args = []string{args[1], "--help"}
 	}
+	name := args[0]
+	if alias, ok := intentsAliases[name]; ok {
+		name = alias
+	}
+	names := []string{}
 	for _, c := range intentsSubcommands() {
-		if c.name == args[0] {
+		if c.name == name {
 			return c.run(ctx, args[1:], env)
 		}
+		names = append(names, c.name)
 	}
-	return usageErrorf("unknown subcommand %q (want list, show, retry, cancel or resolve)", args[0])
+	return usageErrorf("unknown subcommand %q%s (want list, show, retry, cancel or resolve)", args[0], didYouMean(args[0], append(names, "resend")))
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
@@ -111,7 +135,7 @@ func runIntentsList(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("intents list", "intents list [flags]", `
 Lists intents, newest first, as a table (id, state, kind, reference,
 attempts, age, last error), one page at a time: when there are more, the
-last line says which --cursor continues. Filters combine (all must match);
+last line is the command that lists the next one, with the same filters. Filters combine (all must match);
 --state, --kind and --provider may be repeated or comma-separated.
 
 Examples:
@@ -123,7 +147,7 @@ Examples:
 	var states, kinds, providerNames listFlag
 	fs.Var(&states, "state", "keep intents in this state: "+stateList()+" (repeatable, or comma-separated)")
 	fs.Var(&kinds, "kind", "keep intents of this kind, e.g. "+stripeprovider.KindPaymentIntent+" (repeatable)")
-	fs.Var(&providerNames, "provider", "keep intents of this provider: "+stripeprovider.Name+" or "+sendgridprovider.Name+" (repeatable)")
+	fs.Var(&providerNames, "provider", "keep intents of this provider: "+strings.Join(builtinProviders, ", ")+" (repeatable)")
 	consumer := fs.String("consumer", "", "keep intents recorded by this consumer")
 	messageID := fs.String("message-id", "", "keep intents recorded for this message id")
 	reference := fs.String("reference", "", "keep intents with this business reference")
@@ -154,11 +178,17 @@ Examples:
 	if err := f.Validate(); err != nil {
 		return filterUsageError(err)
 	}
-	store, closeStore, err := openStore(ctx, dbURL, env)
+	store, pool, err := openStore(ctx, dbURL, env)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer pool.Close()
+	if err := checkKnown(ctx, pool, "--kind", "kind", kinds, builtinKinds); err != nil {
+		return err
+	}
+	if err := checkKnown(ctx, pool, "--provider", "provider", providerNames, builtinProviders); err != nil {
+		return err
+	}
 	page, err := store.List(ctx, f)
 	if err != nil {
 		return filterUsageError(err)
@@ -180,7 +210,64 @@ Examples:
 		return err
 	}
 	if page.NextCursor != "" {
-		fmt.Fprintf(env.Stdout, "next page: --cursor %s\n", page.NextCursor)
+		fmt.Fprintf(env.Stdout, "next page: %s\n", nextPageCommand(fs, f, page.NextCursor))
+	}
+	return nil
+}
+
+// nextPageCommand is the command that lists the next page: this one with
+// the same filters (--since and --until as the times they meant, so the
+// window does not slide) and the cursor. The database URL is left out: it
+// may hold a password.
+func nextPageCommand(fs *flag.FlagSet, f audit.Filter, cursor string) string {
+	words := []string{"outboxd", "intents", "list"}
+	fs.Visit(func(fl *flag.Flag) {
+		value := fl.Value.String()
+		switch fl.Name {
+		case "database-url", "cursor", "json":
+			return
+		case "since":
+			value = f.CreatedSince.UTC().Format(time.RFC3339Nano)
+		case "until":
+			value = f.CreatedUntil.UTC().Format(time.RFC3339Nano)
+		}
+		words = append(words, "--"+fl.Name, shellQuote(value))
+	})
+	return strings.Join(append(words, "--cursor", shellQuote(cursor)), " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:/@%+=-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// builtinKinds and builtinProviders are the kinds and providers outboxd
+// knows; a library user's own may also be in the database.
+var (
+	builtinKinds     = []string{stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail, jetstreamprovider.KindPublish, amqpprovider.KindPublish, webhookprovider.KindPost}
+	builtinProviders = []string{stripeprovider.Name, sendgridprovider.Name, jetstreamprovider.Name, amqpprovider.Name, webhookprovider.Name}
+)
+
+// checkKnown refuses a --kind or --provider that is neither built in nor
+// found on any intent in the database: a typo would otherwise match
+// nothing and look like an empty outbox.
+func checkKnown(ctx context.Context, pool *pgxpool.Pool, flagName, column string, given, builtin []string) error {
+	for _, v := range given {
+		if slices.Contains(builtin, v) {
+			continue
+		}
+		var found bool
+		// Only for a name outboxd does not know: no index covers it.
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox_intents WHERE `+column+` = $1)`, v).Scan(&found); err != nil {
+			return err
+		}
+		if !found {
+			return usageErrorf("%s %q: unknown %s%s; known: %s (and any other %s an intent in this database has)",
+				flagName, v, column, didYouMean(v, builtin), strings.Join(builtin, ", "), column)
+		}
 	}
 	return nil
 }
@@ -199,11 +286,11 @@ Exits 1 if there is no such intent.`, env)
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(ctx, dbURL, env)
+	store, pool, err := openStore(ctx, dbURL, env)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer pool.Close()
 	d, err := store.Get(ctx, idOrKey)
 	if err != nil {
 		return err
@@ -307,7 +394,7 @@ func (a *actionFlags) register(fs *flag.FlagSet, env Env) {
 	if actor == "" {
 		actor = "operator"
 	}
-	fs.StringVar(&a.actor, "actor", actor, `who acts, recorded as "operator:<actor>" (default $USER, else "operator")`)
+	fs.StringVar(&a.actor, "actor", actor, `who acts, recorded as "operator:<actor>"; the default is $USER, else "operator"`)
 	a.reason = fs.String("reason", "", fmt.Sprintf("why; recorded in the event log (required, at most %d characters)", audit.MaxReasonLength))
 	a.expectState = fs.String("expect-state", "", "act only if the intent is still in this state (the one you saw); otherwise change nothing and exit 1")
 	a.asJSON = fs.Bool("json", false, "print the intent, as it now is, as JSON")
@@ -327,8 +414,8 @@ func actionArgFlag(field string) string {
 
 func runIntentsRetry(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("intents retry", "intents retry ID|KEY --reason TEXT [flags]", `
-Resends an in_doubt intent: moves it back to pending and enqueues its
-dispatch job, in one transaction. Do this only after checking at the
+Retries an in_doubt intent ('resend' is another name for it): moves it
+back to pending and enqueues its dispatch job, in one transaction. Do this only after checking at the
 provider that the effect did not happen: the dispatcher then performs it
 once more, even past the provider's idempotency-key window (for Stripe,
 within the window a repeat is answered with Stripe's saved response).
@@ -386,11 +473,11 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	if err := action.Validate(); err != nil {
 		return actionUsageError(err)
 	}
-	store, closeStore, err := openStore(ctx, af.dbURL, env)
+	store, pool, err := openStore(ctx, af.dbURL, env)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer pool.Close()
 	if !numeric {
 		d, err := store.Get(ctx, idOrKey)
 		if err != nil {
@@ -403,7 +490,9 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	var te *audit.TransitionError
 	switch {
 	case errors.As(err, &te):
-		return fmt.Errorf("%w; nothing was changed", err)
+		named := *te
+		named.Action = actionVerb(kind)
+		return fmt.Errorf("%s; nothing was changed", named.Error())
 	case errors.Is(err, audit.ErrInvalidInput):
 		return actionUsageError(err)
 	case err != nil:
@@ -416,8 +505,17 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	if kind == audit.ActionResend {
 		note = "; a dispatch job is enqueued"
 	}
-	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, kind, audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix), note)
+	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, actionVerb(kind), audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix), note)
 	return nil
+}
+
+// actionVerb is the subcommand that carries out kind: the CLI's verb for
+// audit.ActionResend is retry.
+func actionVerb(kind audit.ActionKind) string {
+	if kind == audit.ActionResend {
+		return "retry"
+	}
+	return string(kind)
 }
 
 // parseOnePositional parses flags that may come before or after one
@@ -428,11 +526,8 @@ func parseOnePositional(fs *flag.FlagSet, args []string, env Env, what string) (
 	}
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return "", err
-			}
-			return "", fmt.Errorf("%w: %v", errUsage, err)
+		if err := parseFlags(fs, args, env); err != nil {
+			return "", err
 		}
 		if fs.NArg() == 0 {
 			break
@@ -463,19 +558,19 @@ func parseID(s string) (int64, bool) {
 
 // openStore connects and returns an audit.Store that redacts with the
 // rule of every provider that needs no connection to redact (stripe,
-// sendgrid, rabbitmq; no credentials needed) and a function that closes it.
-// Payloads of other kinds are hidden entirely.
-func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, func(), error) {
+// sendgrid, rabbitmq; no credentials needed) and its pool, to close when
+// done. Payloads of other kinds are hidden entirely.
+func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, *pgxpool.Pool, error) {
 	pf := providerFlags{enabled: "stripe,sendgrid,rabbitmq", stripeBase: stripeprovider.DefaultBaseURL, sendgridBase: sendgridprovider.DefaultBaseURL}
 	registry, err := pf.registry(ctx, env, false, nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := openPool(ctx, dbURL, 4)
+	pool, err := openMigratedPool(ctx, dbURL, 4)
 	if err != nil {
 		return nil, nil, err
 	}
-	return audit.New(pool, registry), pool.Close, nil
+	return audit.New(pool, registry), pool, nil
 }
 
 func filterUsageError(err error) error {

@@ -150,13 +150,45 @@ func TestIntentsListTableFiltersAndPages(t *testing.T) {
 
 	// Pages: two, then the rest, following the hint.
 	r = db.run(t, "intents", "list", "--limit", "2")
-	hint := regexp.MustCompile(`(?m)^next page: --cursor (\S+)$`).FindStringSubmatch(r.stdout)
+	hint := regexp.MustCompile(`(?m)^next page: outboxd intents list --limit 2 --cursor (\S+)$`).FindStringSubmatch(r.stdout)
 	if r.code != 0 || hint == nil || fmt.Sprint(tableIDs(t, r.stdout)) != idList(db.notice, db.receipt) {
 		t.Fatalf("intents list --limit 2: %s; want the two newest and a next-page hint", r)
 	}
 	r = db.run(t, "intents", "list", "--limit", "2", "--cursor", hint[1])
 	if r.code != 0 || fmt.Sprint(tableIDs(t, r.stdout)) != idList(db.payment) || strings.Contains(r.stdout, "next page") {
 		t.Fatalf("intents list --cursor: %s; want the oldest and no hint", r)
+	}
+
+	// The hint keeps the filters: following it lists the rest of the
+	// filtered intents, not of all of them.
+	r = db.run(t, "intents", "list", "--limit", "1", "--kind", "sendgrid.email", "--state", "pending,in_doubt", "--since", "1h", "--json=false")
+	next := regexp.MustCompile(`(?m)^next page: outboxd (.+)$`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || next == nil || fmt.Sprint(tableIDs(t, r.stdout)) != idList(db.notice) {
+		t.Fatalf("filtered first page: %s", r)
+	}
+	wantContains(t, "the next-page hint", next[1], "--kind sendgrid.email", "--state pending,in_doubt", "--limit 1", "--since 20")
+	if strings.Contains(next[1], "database-url") || strings.Contains(next[1], "1h") {
+		t.Errorf("the hint names the database URL or the relative --since: %s", next[1])
+	}
+	r = db.run(t, strings.Fields(next[1])...)
+	if r.code != 0 || fmt.Sprint(tableIDs(t, r.stdout)) != idList(db.receipt) || strings.Contains(r.stdout, "next page") {
+		t.Fatalf("following the filtered hint %q: %s; want only the other email, and no hint", next[1], r)
+	}
+
+	// A typo in --kind or --provider is refused, naming the known ones.
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--kind", "stripe.payment_intnet"}, []string{`--kind "stripe.payment_intnet": unknown kind (did you mean "stripe.payment_intent"?)`, "sendgrid.email", "webhook.post"}},
+		{[]string{"--provider", "sendgird"}, []string{`--provider "sendgird": unknown provider (did you mean "sendgrid"?)`, "stripe, sendgrid, nats, rabbitmq, webhook"}},
+		{[]string{"--kind", "fax.send"}, []string{`unknown kind; known: stripe.payment_intent`}},
+	} {
+		r := db.run(t, append([]string{"intents", "list"}, tc.args...)...)
+		if r.code != 2 {
+			t.Errorf("intents list %v: %s; want exit 2", tc.args, r)
+		}
+		wantContains(t, fmt.Sprintf("intents list %v stderr", tc.args), r.stderr, tc.want...)
 	}
 
 	// --json prints the Page.
@@ -273,7 +305,10 @@ func TestIntentsRetryCancelResolve(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("retry: %s", r)
 	}
-	wantContains(t, "retry stdout", r.stdout, fmt.Sprintf("intent %d is now pending", db.receipt), "operator:alice", "dispatch job")
+	wantContains(t, "retry stdout", r.stdout, fmt.Sprintf("intent %d is now pending (retry by operator:alice", db.receipt), "dispatch job")
+	if strings.Contains(r.stdout, "resend") {
+		t.Errorf("retry's output says resend:\n%s", r.stdout)
+	}
 	var actor, reason string
 	var jobs int
 	if err := db.pool.QueryRow(ctx, `SELECT actor, reason, (SELECT count(*) FROM river_job WHERE state = 'available' AND (args->>'intent_id')::bigint = $1)
@@ -286,11 +321,11 @@ func TestIntentsRetryCancelResolve(t *testing.T) {
 
 	// Illegal: retry it again (it is pending now). Exit 1, nothing changed.
 	before, beforeEvents := db.state(t, db.receipt)
-	r = db.run(t, "intents", "retry", fmt.Sprint(db.receipt), "--reason", "again")
+	r = db.run(t, "intents", "resend", fmt.Sprint(db.receipt), "--reason", "again") // resend: retry's alias
 	if r.code != 1 {
 		t.Fatalf("retry of a pending intent: %s; want exit 1", r)
 	}
-	wantContains(t, "stderr", r.stderr, "it is pending", "only from in_doubt", "nothing was changed")
+	wantContains(t, "stderr", r.stderr, fmt.Sprintf("cannot retry intent %d: it is pending", db.receipt), "only from in_doubt", "nothing was changed")
 	if after, afterEvents := db.state(t, db.receipt); after != before || afterEvents != beforeEvents {
 		t.Errorf("a refused retry changed the intent: %s/%d -> %s/%d", before, beforeEvents, after, afterEvents)
 	}
@@ -399,18 +434,18 @@ func TestIntentsAndStatsHelp(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"intents", "list"}, []string{"newest first", "-state", "-cursor", "-json", "-since"}},
-		{[]string{"intents", "show"}, []string{"redacted", "attempt", "-json"}},
-		{[]string{"intents", "retry"}, []string{"in_doubt", "-reason", "-actor", "key window"}},
-		{[]string{"intents", "cancel"}, []string{"pending or in_doubt", "-reason"}},
-		{[]string{"intents", "resolve"}, []string{"-as", "succeeded", "failed"}},
-		{[]string{"stats"}, []string{"by state", "in_doubt", "-json"}},
+		{[]string{"intents", "list"}, []string{"newest first", "--state", "--cursor", "--json", "--since"}},
+		{[]string{"intents", "show"}, []string{"redacted", "attempt", "--json"}},
+		{[]string{"intents", "retry"}, []string{"in_doubt", "--reason", "--actor", "key window"}},
+		{[]string{"intents", "cancel"}, []string{"pending or in_doubt", "--reason"}},
+		{[]string{"intents", "resolve"}, []string{"--as", "succeeded", "failed"}},
+		{[]string{"stats"}, []string{"by state", "in_doubt", "--json"}},
 	} {
 		r := outboxd(t, invocation{args: append(tc.args, "--help")})
 		if r.code != 0 {
 			t.Errorf("%v --help: %s; want exit 0", tc.args, r)
 		}
-		wantContains(t, fmt.Sprintf("%v --help", tc.args), r.stderr, tc.want...)
+		wantContains(t, fmt.Sprintf("%v --help", tc.args), r.stdout, tc.want...)
 	}
 }
 

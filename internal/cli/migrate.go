@@ -17,6 +17,9 @@ by an advisory lock. --down-to rolls the outbox's tables back (River's stay).`, 
 	downTo := fs.Int("down-to", -1, "roll the outbox schema back to this version (0 removes it); -1 migrates up")
 	var logs logFlags
 	logs.register(fs)
+	// Each applied version is printed on stdout; River's own logs are for
+	// --log-level info.
+	logs.level, fs.Lookup("log-level").DefValue = "warn", "warn"
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -110,22 +111,39 @@ func (p *providerFlags) registry(ctx context.Context, env Env, needKeys bool, cl
 		logger = slog.New(slog.DiscardHandler)
 	}
 	var list []providers.Provider
+	var missing []string
 	seen := map[string]bool{}
 	for _, name := range strings.Split(p.enabled, ",") {
 		name = strings.TrimSpace(name)
 		if seen[name] {
+			p.close()
 			return nil, usageErrorf("--providers lists %q twice", name)
 		}
 		seen[name] = true
 		prov, err := p.build(ctx, env, name, needKeys, client, logger)
+		var ce *credentialError
+		if errors.As(err, &ce) {
+			// Every missing credential is reported at once, not one per try.
+			missing = append(missing, ce.problems...)
+			continue
+		}
 		if err != nil {
 			p.close()
 			return nil, err
 		}
 		list = append(list, prov)
 	}
+	if len(missing) > 0 {
+		p.close()
+		return nil, fmt.Errorf("refusing to start: %s", strings.Join(missing, "; "))
+	}
 	return providers.NewRegistry(list...)
 }
+
+// credentialError lists the credentials a provider lacks.
+type credentialError struct{ problems []string }
+
+func (e *credentialError) Error() string { return strings.Join(e.problems, "; ") }
 
 func (p *providerFlags) build(ctx context.Context, env Env, name string, needKeys bool, client *http.Client, logger *slog.Logger) (providers.Provider, error) {
 	switch name {
@@ -176,12 +194,20 @@ func (p *providerFlags) build(ctx context.Context, env Env, name string, needKey
 			return nil, usageErrorf("the webhook provider needs at least one --webhook NAME=URL")
 		}
 		cfg := webhookprovider.Config{Endpoints: map[string]webhookprovider.Endpoint{}, HTTPClient: client}
-		for endpoint, url := range p.webhooks {
+		var missing credentialError
+		endpoints := make([]string, 0, len(p.webhooks))
+		for endpoint := range p.webhooks {
+			endpoints = append(endpoints, endpoint)
+		}
+		sort.Strings(endpoints)
+		for _, endpoint := range endpoints {
+			url := p.webhooks[endpoint]
 			variable := "WEBHOOK_" + strings.ToUpper(endpoint) + "_SECRET"
 			secretValue, err := secret.LoadFrom(env.Getenv, variable)
 			if err != nil {
 				if needKeys {
-					return nil, fmt.Errorf("refusing to start: %w", err)
+					missing.problems = append(missing.problems, err.Error())
+					continue
 				}
 				secretValue = "validation-only-placeholder-secret"
 			}
@@ -190,6 +216,9 @@ func (p *providerFlags) build(ctx context.Context, env Env, name string, needKey
 				ep.IdempotencyHeader, ep.KeyWindow = p.webhookHeader, p.webhookKeyWindow
 			}
 			cfg.Endpoints[endpoint] = ep
+		}
+		if len(missing.problems) > 0 {
+			return nil, &missing
 		}
 		wp, err := webhookprovider.New(cfg)
 		if err != nil {
@@ -213,7 +242,7 @@ func (p *providerFlags) close() {
 func loadKey(env Env, name string, required bool) (string, error) {
 	key, err := secret.LoadFrom(env.Getenv, name)
 	if err != nil && required {
-		return "", fmt.Errorf("refusing to start: %w", err)
+		return "", &credentialError{problems: []string{err.Error()}}
 	}
 	return key, nil
 }

@@ -83,7 +83,7 @@ func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
 		/* 1 */ {good1, ""},
 		/* 2 */ {line("order-2", "billing", intent(stripeKind, "payment", paymentPayload), intent(sendgridKind, "receipt", emailPayload)), ""},
 		/* 3 */ {good1, ""}, // a duplicate
-		/* 4 */ {`{"message_id": "order-4", "consumer": "billing", "intents": [`, "not a message object"},
+		/* 4 */ {`{"message_id": "order-4", "consumer": "billing", "intents": [`, "incomplete JSON value: line 5 starts a new value"},
 		/* 5 */ {`{"message_id": "order-5", "consumer": "billing", "priority": 1, "intents": [` + intent(stripeKind, "", paymentPayload) + `]}`, `unknown field "priority"`},
 		/* 6 */ {`{"consumer": "billing", "intents": [` + intent(stripeKind, "", paymentPayload) + `]}`, "message id is empty"},
 		/* 7 */ {line("order-7", "billing", intent("fax.send", "", `{"to": "+15555550100"}`)), `"fax.send"`},
@@ -92,7 +92,7 @@ func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
 		/* 10 */ {line("order-10", "billing", `{"kind": "sendgrid.email", "name": "receipt"}`), `"payload" is missing`},
 		/* 11 */ {line("order-11", "billing", intent(stripeKind, "payment", paymentPayload), intent(sendgridKind, "receipt", `{"from": {"email": "shop@example.com"}, "to": [], "subject": "s", "text": "t"}`)), `"to"`},
 		/* 12 */ {"", ""}, // blank lines are skipped
-		/* 13 */ {`{"message_id": "order-13", "consumer": "billing", "intents": []} {"x": 1}`, "more than one JSON value"},
+		/* 13 */ {`{"message_id": "order-13", "consumer": "billing", "intents": []} {"x": 1}`, `"intents" is missing or empty`}, // two values, both bad
 		/* 14 */ {line("order-14", "shipping", intent(sendgridKind, "", emailPayload)), ""},
 		/* 15 */ {line("order-1", "shipping", intent(sendgridKind, "", emailPayload)), ""}, // same message, another consumer
 	}
@@ -105,13 +105,14 @@ func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
 		t.Fatalf("record with bad lines: %s; want exit 1", r)
 	}
 
-	reported := map[int]string{}
+	reported := map[int]string{} // by the line a value starts on
 	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
-		var n int
-		if _, err := fmt.Sscanf(l, "line %d:", &n); err == nil {
-			reported[n] = l
+		var value, n int
+		if _, err := fmt.Sscanf(l, "value %d (line %d):", &value, &n); err == nil {
+			reported[n] += l + "\n"
 		}
 	}
+	wantContains(t, "line 13's reports", reported[13], "value 12 (line 13)", "value 13 (line 13)", `unknown field "x"`)
 	for i, l := range input {
 		n := i + 1
 		switch {
@@ -127,8 +128,8 @@ func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
 			}
 		}
 	}
-	wantContains(t, "stdout", r.stdout, "15 lines: 4 messages recorded with 5 intents, 1 duplicates absorbed, 9 bad lines")
-	wantContains(t, "stderr", r.stderr, "9 bad lines", "nothing of them was written")
+	wantContains(t, "stdout", r.stdout, "15 values (15 lines): 4 messages recorded with 5 intents, 1 duplicate absorbed, 10 bad values")
+	wantContains(t, "stderr", r.stderr, "10 bad values", "nothing of them was written")
 
 	got := countRows(t, pool)
 	wantMarkers := []string{"billing/order-1", "billing/order-2", "shipping/order-1", "shipping/order-14"}
@@ -162,7 +163,7 @@ func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("record of duplicates: %s", r)
 	}
-	wantContains(t, "stdout", r.stdout, "5 lines: 0 messages recorded with 0 intents, 5 duplicates absorbed, 0 bad lines")
+	wantContains(t, "stdout", r.stdout, "5 values (5 lines): 0 messages recorded with 0 intents, 5 duplicates absorbed, 0 bad values")
 	if again := countRows(t, pool); fmt.Sprint(again) != fmt.Sprint(got) {
 		t.Errorf("rows after recording duplicates = %+v, want unchanged %+v", again, got)
 	}
@@ -189,11 +190,11 @@ func TestRecordJSONSummaryAndFile(t *testing.T) {
 	if dec.More() {
 		t.Fatalf("stdout has more than the summary:\n%s", r.stdout)
 	}
-	want := map[string]int{"lines": 4, "messages_recorded": 2, "intents_recorded": 2, "duplicates_absorbed": 1, "bad_lines": 1}
+	want := map[string]int{"values": 4, "lines": 4, "messages_recorded": 2, "intents_recorded": 2, "duplicates_absorbed": 1, "bad_values": 1}
 	if fmt.Sprint(summary) != fmt.Sprint(want) {
 		t.Errorf("summary = %v, want %v", summary, want)
 	}
-	if !regexp.MustCompile(`(?m)^line 3: `).MatchString(r.stderr) {
+	if !regexp.MustCompile(`(?m)^value 3 \(line 3\): `).MatchString(r.stderr) {
 		t.Errorf("stderr does not report line 3:\n%s", r.stderr)
 	}
 
@@ -212,7 +213,7 @@ func TestRecordJSONSummaryAndFile(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &summary); err != nil {
 		t.Fatalf("stdout is not a JSON summary: %v\n%s", err, r.stdout)
 	}
-	want = map[string]int{"lines": 2, "messages_recorded": 1, "intents_recorded": 1, "duplicates_absorbed": 1, "bad_lines": 0}
+	want = map[string]int{"values": 2, "lines": 2, "messages_recorded": 1, "intents_recorded": 1, "duplicates_absorbed": 1, "bad_values": 0}
 	if fmt.Sprint(summary) != fmt.Sprint(want) {
 		t.Errorf("summary = %v, want %v", summary, want)
 	}
@@ -250,7 +251,7 @@ func TestRecordNeedsNoCredentialsAndRefusesAnOverlongLine(t *testing.T) {
 	if r.code != 1 {
 		t.Fatalf("record with an oversize payload: %s; want exit 1", r)
 	}
-	wantContains(t, "stderr", r.stderr, "line 1: ", "limit is")
+	wantContains(t, "stderr", r.stderr, "value 1 (line 1): ", "limit is")
 	if got := countRows(t, pool); fmt.Sprint(got.markers) != "[billing/ok]" {
 		t.Errorf("markers = %v after an oversize payload", got.markers)
 	}

@@ -19,9 +19,9 @@ func TestRunRefusesARetentionThatCouldRunADuplicate(t *testing.T) {
 		want []string
 	}{
 		{[]string{"--dedup-window", "1h", "--max-attempts", "10", "--retry-backoff-max", "10m"},
-			[]string{"DedupWindow (1h) is shorter than the retry horizon (10 attempts × 10m = 1h40m)", "would run again"}},
+			[]string{"--dedup-window (1h) is shorter than the retry horizon (10 attempts × 10m = 1h40m)", "would run again"}},
 		{[]string{"--retry-backoff-max", "24h"}, // 10 × 24h is more than the 7-day default
-			[]string{"DedupWindow (168h) is shorter than the retry horizon (10 attempts × 24h = 240h)"}},
+			[]string{"--dedup-window (168h) is shorter than the retry horizon (10 attempts × 24h = 240h)"}},
 		{[]string{"--dedup-window", "0s"}, []string{"--dedup-window must be positive"}},
 		{[]string{"--audit-retention", "-1h"}, []string{"--audit-retention must be positive"}},
 		{[]string{"--audit-retention", "a month"}, []string{"-audit-retention"}},

@@ -276,7 +276,11 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) e
 	backoff := retry.WithMaxRetries(5, retry.NewExponential(200*time.Millisecond))
 	return retry.Do(ctx, backoff, func(ctx context.Context) error {
 		err := migrations.New(pool, logger).Check(ctx)
-		if err == nil || errors.Is(err, migrations.ErrNotMigrated) || ctx.Err() != nil {
+		if errors.Is(err, migrations.ErrNotMigrated) {
+			cfg := pool.Config().ConnConfig
+			return fmt.Errorf("database %q on %s:%d: %w", cfg.Database, cfg.Host, cfg.Port, err)
+		}
+		if err == nil || ctx.Err() != nil {
 			return err
 		}
 		logger.WarnContext(ctx, "checking the database schema failed; retrying", "error", err)

@@ -11,6 +11,17 @@ import (
 	"github.com/outboxkit/outbox/internal/audit"
 )
 
+// statsJSON is `outboxd stats --json`: audit.Stats with the age in
+// seconds, as a number, as the metric outbox_oldest_pending_intent_age_seconds
+// gives it.
+type statsJSON struct {
+	Total                   int                                 `json:"total"`
+	ByState                 map[intenttype.State]int            `json:"by_state"`
+	ByKindState             map[string]map[intenttype.State]int `json:"by_kind_state"`
+	InDoubt                 int                                 `json:"in_doubt"`
+	OldestPendingAgeSeconds float64                             `json:"oldest_pending_age_seconds"`
+}
+
 func runStats(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("stats", "stats [flags]", `
 Counts intents by state and by kind, and shows how many are in_doubt (each
@@ -19,11 +30,11 @@ the oldest pending or dispatching intent is (a growing age means the
 dispatcher is behind or not running).`, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
-	asJSON := fs.Bool("json", false, `print the counts as JSON: {"total", "by_state", "by_kind_state", "in_doubt", "oldest_pending_age_ns"}`)
+	asJSON := fs.Bool("json", false, `print the counts as JSON: {"total", "by_state", "by_kind_state", "in_doubt", "oldest_pending_age_seconds"}`)
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, dbURL, 2)
+	pool, err := openMigratedPool(ctx, dbURL, 2)
 	if err != nil {
 		return err
 	}
@@ -33,7 +44,10 @@ dispatcher is behind or not running).`, env)
 		return err
 	}
 	if *asJSON {
-		return writeJSON(env.Stdout, st)
+		return writeJSON(env.Stdout, statsJSON{
+			Total: st.Total, ByState: st.ByState, ByKindState: st.ByKindState, InDoubt: st.InDoubt,
+			OldestPendingAgeSeconds: st.OldestPendingAge.Seconds(),
+		})
 	}
 
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)

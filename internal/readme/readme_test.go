@@ -1,0 +1,174 @@
+package readme_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// root is the repository, relative to this package.
+const root = "../.."
+
+// documents are the Markdown files whose Go blocks and make targets are
+// checked.
+func documents(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{filepath.Join(root, "README.md")}, docs...)
+}
+
+var exampleMarker = regexp.MustCompile(`^<!-- example: (\S+)#(\S+) -->$`)
+
+// goBlock is a ```go block of a document and the example it names.
+type goBlock struct {
+	line         int // of the opening fence
+	code         string
+	path, region string // empty when the block has no marker
+}
+
+func goBlocks(t *testing.T, doc string) []goBlock {
+	t.Helper()
+	data, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []goBlock
+	lines := strings.Split(string(data), "\n")
+	for i := 0; i < len(lines); i++ {
+		if strings.TrimSpace(lines[i]) != "```go" {
+			continue
+		}
+		b := goBlock{line: i + 1}
+		for j := i - 1; j >= 0; j-- {
+			if s := strings.TrimSpace(lines[j]); s != "" {
+				if m := exampleMarker.FindStringSubmatch(s); m != nil {
+					b.path, b.region = m[1], m[2]
+				}
+				break
+			}
+		}
+		var code []string
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+			code = append(code, lines[i])
+		}
+		b.code = strings.Join(code, "\n")
+		blocks = append(blocks, b)
+	}
+	return blocks
+}
+
+// region returns the lines between "// readme:NAME begin" and
+// "// readme:NAME end" in the file at path, without their common
+// indentation.
+func region(path, name string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		return "", err
+	}
+	begin, end := "// readme:"+name+" begin", "// readme:"+name+" end"
+	var out []string
+	inside, found := false, false
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	for sc.Scan() {
+		l := sc.Text()
+		switch strings.TrimSpace(l) {
+		case begin:
+			inside, found = true, true
+			continue
+		case end:
+			inside = false
+		}
+		if inside {
+			out = append(out, l)
+		}
+	}
+	if !found {
+		return "", fmt.Errorf("%s has no region %q (a line %q)", path, name, begin)
+	}
+	indent := -1
+	for _, l := range out {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		n := len(l) - len(strings.TrimLeft(l, "\t"))
+		if indent < 0 || n < indent {
+			indent = n
+		}
+	}
+	for i, l := range out {
+		if len(l) >= indent && indent > 0 {
+			out[i] = l[indent:]
+		}
+	}
+	return strings.Join(out, "\n"), nil
+}
+
+// TestGoBlocksAreCopiesOfExamples fails when a Go block of the README or
+// docs/ is not, to the byte, a region of an example that compiles (and
+// runs, where it needs no broker): fix the example, then copy the region.
+func TestGoBlocksAreCopiesOfExamples(t *testing.T) {
+	t.Parallel()
+	total := 0
+	for _, doc := range documents(t) {
+		name, _ := filepath.Rel(root, doc)
+		for _, b := range goBlocks(t, doc) {
+			total++
+			if b.path == "" {
+				t.Errorf("%s:%d: a Go block without <!-- example: PATH#REGION --> above it; put the code in an example (internal/readme/example_test.go) and copy it", name, b.line)
+				continue
+			}
+			if !strings.HasSuffix(b.path, "_test.go") || !strings.Contains(filepath.Base(b.path), "example") {
+				t.Errorf("%s:%d: %s is not an example test file", name, b.line, b.path)
+				continue
+			}
+			want, err := region(b.path, b.region)
+			if err != nil {
+				t.Errorf("%s:%d: %v", name, b.line, err)
+				continue
+			}
+			if b.code != want {
+				t.Errorf("%s:%d: the Go block differs from %s#%s; copy the region:\n%s\n--- the block has:\n%s", name, b.line, b.path, b.region, want, b.code)
+			}
+		}
+	}
+	if total == 0 {
+		t.Error("no Go block found in the README: is the test reading the right files?")
+	}
+}
+
+// TestMakeTargetsExist fails when a document names `make X` and the
+// Makefile has no target X.
+func TestMakeTargetsExist(t *testing.T) {
+	t.Parallel()
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-zA-Z0-9/_.-]+):`).FindAllStringSubmatch(string(makefile), -1) {
+		targets[m[1]] = true
+	}
+	named := regexp.MustCompile("`make( [a-z][a-zA-Z0-9/_-]*)?[` ]|^make( [a-z][a-zA-Z0-9/_-]*)?( |$)")
+	for _, doc := range documents(t) {
+		name, _ := filepath.Rel(root, doc)
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range strings.Split(string(data), "\n") {
+			for _, m := range named.FindAllStringSubmatch(strings.TrimSpace(l), -1) {
+				target := strings.TrimSpace(m[1] + m[2])
+				if target != "" && !targets[target] {
+					t.Errorf("%s:%d names `make %s`; the Makefile has no such target", name, i+1, target)
+				}
+			}
+		}
+	}
+}

@@ -495,3 +495,67 @@ func TestDistinctMessagesNeverCollideOnKeys(t *testing.T) {
 		t.Fatalf("%d intents stored (%v), want 4", n, err)
 	}
 }
+
+// The marker, the business writes and the intents are one transaction:
+// when the intents' insert fails, neither the marker nor the business row
+// remains (intents written after COMMIT would leave both), and when the
+// transaction fails at COMMIT, no intent remains (intents written through
+// the pool, outside the transaction, would).
+func TestIntentsShareTheConsumersTransaction(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := setup(t)
+	counts := func() (markers, orders, stored int) {
+		t.Helper()
+		if err := b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_processed_messages), (SELECT count(*) FROM orders),
+			(SELECT count(*) FROM outbox_intents)`).Scan(&markers, &orders, &stored); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	handler := func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ('o-1', 500)`); err != nil {
+			return err
+		}
+		return rec.Record(intents.Intent{Kind: sendgridprovider.KindEmail, Payload: receipt("a@example.com")})
+	}
+
+	// The intents' insert fails.
+	if _, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by test'; END $$;
+		CREATE TRIGGER refuse_intents BEFORE INSERT ON outbox_intents FOR EACH ROW EXECUTE FUNCTION refuse();`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Consume(ctx, intents.Message{Consumer: "orders", ID: "m-1"}, handler); err == nil || !strings.Contains(err.Error(), "refused by test") {
+		t.Fatalf("Consume with the intents' insert failing = %v, want the failure", err)
+	}
+	if m, o, i := counts(); m+o+i != 0 {
+		t.Fatalf("after a failed intents insert: %d markers, %d orders, %d intents; want nothing", m, o, i)
+	}
+
+	// The transaction fails at COMMIT (a deferred constraint).
+	if _, err := b.pool.Exec(ctx, `
+		DROP TRIGGER refuse_intents ON outbox_intents;
+		CREATE CONSTRAINT TRIGGER refuse_orders AFTER INSERT ON orders DEFERRABLE INITIALLY DEFERRED
+			FOR EACH ROW EXECUTE FUNCTION refuse();`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Consume(ctx, intents.Message{Consumer: "orders", ID: "m-1"}, handler); err == nil || !strings.Contains(err.Error(), "refused by test") {
+		t.Fatalf("Consume failing at COMMIT = %v, want the failure", err)
+	}
+	if m, o, i := counts(); m+o+i != 0 {
+		t.Fatalf("after a failed COMMIT: %d markers, %d orders, %d intents; want nothing", m, o, i)
+	}
+
+	// Both gone, the message is processed afresh.
+	if _, err := b.pool.Exec(ctx, `DROP TRIGGER refuse_orders ON orders`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.client.Consume(ctx, intents.Message{Consumer: "orders", ID: "m-1"}, handler); err != nil || res.Duplicate || len(res.Intents) != 1 {
+		t.Fatalf("Consume after the failures = %+v, %v", res, err)
+	}
+	if m, o, i := counts(); m != 1 || o != 1 || i != 1 {
+		t.Fatalf("after the redelivery: %d markers, %d orders, %d intents; want one each", m, o, i)
+	}
+}

@@ -63,6 +63,9 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // and then finds the conflict. Markers are inserted in a fixed order, so two
 // such batches cannot deadlock on each other.
 func (c *Client) ConsumeBatch(ctx context.Context, msgs []Message, handler BatchHandler) ([]Result, error) {
+	if err := c.checkSchema(ctx); err != nil {
+		return nil, err
+	}
 	if err := validateBatch(msgs, handler); err != nil {
 		return nil, err
 	}
@@ -107,6 +110,9 @@ func (c *Client) ConsumeBatch(ctx context.Context, msgs []Message, handler Batch
 // the intents take effect when the caller commits tx. On error the caller
 // must roll tx back.
 func (c *Client) ConsumeBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message, handler BatchHandler) ([]Result, error) {
+	if err := c.checkSchema(ctx); err != nil {
+		return nil, err
+	}
 	if err := validateBatch(msgs, handler); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -105,6 +106,8 @@ type Client struct {
 	config *Config
 	// store writes the rows: markers, intents, events, dispatch jobs.
 	store *intentstore.Store
+	// schemaOK: the schema was found current (checkSchema).
+	schemaOK atomic.Bool
 }
 
 // NewClient returns a Client that records intents in the database behind

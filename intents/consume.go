@@ -81,6 +81,9 @@ type Result struct {
 // connection lost during COMMIT is retried too: if the commit had in fact
 // happened, the rerun finds the marker and reports a duplicate.
 func (c *Client) Consume(ctx context.Context, msg Message, handler Handler) (Result, error) {
+	if err := c.checkSchema(ctx); err != nil {
+		return Result{}, err
+	}
 	if err := msg.validate(); err != nil {
 		return Result{}, err
 	}
@@ -208,6 +211,9 @@ func (c *Client) inTx(ctx context.Context, marker *Message, fn func(tx pgx.Tx, b
 // intents take effect when the caller commits tx. On a duplicate it writes
 // nothing and tx stays usable. On error the caller must roll tx back.
 func (c *Client) ConsumeTx(ctx context.Context, tx pgx.Tx, msg Message, handler Handler) (Result, error) {
+	if err := c.checkSchema(ctx); err != nil {
+		return Result{}, err
+	}
 	if err := msg.validate(); err != nil {
 		return Result{}, err
 	}

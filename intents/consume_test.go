@@ -559,3 +559,32 @@ func TestIntentsShareTheConsumersTransaction(t *testing.T) {
 		t.Fatalf("after the redelivery: %d markers, %d orders, %d intents; want one each", m, o, i)
 	}
 }
+
+// A database that was never migrated fails every write with one typed
+// error naming `outboxd migrate`, before the handler runs.
+func TestUnmigratedDatabaseIsOneClearError(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, _ := pgtest.NewEmptyDB(t)
+	client, err := intents.NewClient(pool, &intents.Config{Providers: testRegistry(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	_, err = client.Consume(ctx, intents.Message{Consumer: "orders", ID: "m-1"}, func(context.Context, pgx.Tx, *intents.Recorder) error {
+		ran = true
+		return nil
+	})
+	var nm *intents.NotMigratedError
+	if !errors.Is(err, intents.ErrNotMigrated) || !errors.As(err, &nm) || nm.Current != 0 || !strings.Contains(err.Error(), "outboxd migrate") || ran {
+		t.Fatalf("Consume on an unmigrated database = %v (handler ran: %v), want a *NotMigratedError naming outboxd migrate", err, ran)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := client.RecordTx(ctx, tx, intents.Intent{Kind: sendgridprovider.KindEmail, Payload: receipt("a@example.com")})
+		return err
+	})
+	if !errors.Is(err, intents.ErrNotMigrated) {
+		t.Fatalf("RecordTx on an unmigrated database = %v, want ErrNotMigrated", err)
+	}
+}

@@ -153,6 +153,9 @@ func encodePayload(v any) ([]byte, error) {
 // commits, and nothing remains if it rolls back. On error the caller must
 // roll tx back.
 func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, intents ...Intent) ([]Recorded, error) {
+	if err := c.checkSchema(ctx); err != nil {
+		return nil, err
+	}
 	if len(intents) == 0 {
 		return nil, nil
 	}

@@ -6,6 +6,23 @@ import (
 	"github.com/outboxkit/outbox/migrations"
 )
 
+// checkSchema runs CheckSchema once per Client, before its first write: a
+// database that was never migrated, or is at another version, fails every
+// Consume and RecordTx with a *NotMigratedError (errors.Is ErrNotMigrated)
+// before the handler runs. Once the schema was found current it is not
+// checked again. It reads through the pool, never the caller's transaction,
+// which a failed read would abort.
+func (c *Client) checkSchema(ctx context.Context) error {
+	if c.schemaOK.Load() {
+		return nil
+	}
+	if err := CheckSchema(ctx, c.pool); err != nil {
+		return err
+	}
+	c.schemaOK.Store(true)
+	return nil
+}
+
 // ErrNotMigrated is matched (errors.Is) by the error CheckSchema returns
 // for a database whose outbox schema is missing or not at the version this
 // package needs. It is migrations.ErrNotMigrated.

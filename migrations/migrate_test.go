@@ -21,27 +21,7 @@ func emptyDB(t *testing.T) *pgxpool.Pool {
 
 func emptyDBURL(t *testing.T) (*pgxpool.Pool, string) {
 	t.Helper()
-	pool, _ := pgtest.NewDB(t) // builds the shared template; then start empty
-	ctx := context.Background()
-	name := "outbox_test_empty_" + t.Name()
-	_ = pgtest.DropDatabase(ctx, name)
-	if err := pgtest.CreateDatabase(ctx, name, ""); err != nil {
-		t.Fatal(err)
-	}
-	pool.Close()
-	url, err := pgtest.WithDatabase(pgtest.ServerURL(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	empty, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		empty.Close()
-		_ = pgtest.DropDatabase(context.Background(), name)
-	})
-	return empty, url
+	return pgtest.NewEmptyDB(t)
 }
 
 func TestUpTwiceIsANoOp(t *testing.T) {

@@ -2,8 +2,6 @@ package cli_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -26,21 +24,7 @@ const unreachableDB = "postgres://postgres@127.0.0.1:1/nowhere?sslmode=disable&c
 // emptyDB creates a database with no schema at all and returns its URL.
 func emptyDB(t *testing.T) string {
 	t.Helper()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "outbox_cli_test_empty_" + hex.EncodeToString(b)
-	if err := pgtest.CreateDatabase(context.Background(), name, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := pgtest.DropDatabase(context.Background(), name); err != nil {
-			t.Error(err)
-		}
-	})
-	u, err := pgtest.WithDatabase(pgtest.ServerURL(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, u := pgtest.NewEmptyDB(t)
 	return u
 }
 

@@ -114,6 +114,33 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	return pool, dbURL
 }
 
+// NewEmptyDB creates a fresh database with no schema at all (what a
+// newcomer's first database looks like) and returns a pool connected to it
+// and its URL. Both are cleaned up when t ends.
+func NewEmptyDB(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx := context.Background()
+	name := "outbox_test_empty_" + randomSuffix()
+	if err := CreateDatabase(ctx, name, ""); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	dbURL, err := WithDatabase(ServerURL(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: connect to %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		if err := DropDatabase(context.Background(), name); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return pool, dbURL
+}
+
 // CreateDatabase creates database name on the test server, cloned from
 // template when template is not empty.
 func CreateDatabase(ctx context.Context, name, template string) error {

@@ -9,7 +9,7 @@ import (
 )
 
 // Observer is told what the dispatcher did, for metrics. Set it as
-// Config.Observer; package internal/metrics implements it for Prometheus.
+// Config.Observer; package dispatcher/metrics implements it for Prometheus.
 //
 // Both methods are called after the outcome they report has committed, so
 // an outcome that failed to commit (and will be retried) is never reported.

@@ -2,8 +2,6 @@ package intents_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -13,23 +11,9 @@ import (
 // exampleDatabase gives an example a fresh migrated database with a
 // note_tags table, and a function that drops it.
 func exampleDatabase() (*pgxpool.Pool, func()) {
-	ctx := context.Background()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "outbox_example_" + hex.EncodeToString(b)
-	if err := pgtest.CreateDatabase(ctx, name, pgtest.Template()); err != nil {
+	pool, cleanup := pgtest.ExampleDB()
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE note_tags (note_id text, tag text)`); err != nil {
 		panic(err)
 	}
-	url, _ := pgtest.WithDatabase(pgtest.ServerURL(), name)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		panic(err)
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE note_tags (note_id text, tag text)`); err != nil {
-		panic(err)
-	}
-	return pool, func() {
-		pool.Close()
-		_ = pgtest.DropDatabase(context.Background(), name)
-	}
+	return pool, cleanup
 }

@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/internal/bytecheck"
 	"github.com/outboxkit/outbox/internal/ingest"
 )

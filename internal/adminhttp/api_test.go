@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
 

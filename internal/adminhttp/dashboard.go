@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/audit"
 )
 
 //go:embed templates/*.html static/style.css

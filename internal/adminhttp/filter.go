@@ -10,8 +10,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/audit"
 )
 
 // filterParams are the query parameters of GET /api/v1/intents and of the

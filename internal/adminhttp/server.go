@@ -53,7 +53,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
 
-	"github.com/outboxkit/outbox/internal/audit"
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/internal/ingest"
 )
 

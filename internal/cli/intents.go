@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/internal/bytecheck"
 	"github.com/outboxkit/outbox/providers/amqpprovider"
 	"github.com/outboxkit/outbox/providers/jetstreamprovider"

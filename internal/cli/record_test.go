@@ -302,8 +302,9 @@ func TestRecordRefusesBadBytesAndWritesNothingOfThem(t *testing.T) {
 	}
 	reported := map[int]string{}
 	for _, l := range strings.Split(r.stderr, "\n") {
-		var n int
-		if _, err := fmt.Sscanf(l, "line %d:", &n); err == nil {
+		// One value per line here: value N starts on line N.
+		var n, line int
+		if _, err := fmt.Sscanf(l, "value %d (line %d):", &n, &line); err == nil && n == line {
 			reported[n] = l
 		}
 	}
@@ -329,7 +330,7 @@ func TestRecordRefusesBadBytesAndWritesNothingOfThem(t *testing.T) {
 			}
 		}
 	}
-	wantContains(t, "stdout", r.stdout, fmt.Sprintf("%d lines: %d messages recorded with %d intents, 0 duplicates absorbed, %d bad lines", len(input), good, good, bad))
+	wantContains(t, "stdout", r.stdout, fmt.Sprintf("%d values (%d lines): %d messages recorded with %d intents, 0 duplicates absorbed, %d bad values", len(input), len(input), good, good, bad))
 	if !utf8.ValidString(r.stderr) {
 		t.Errorf("stderr is not valid UTF-8:\n%q", r.stderr)
 	}

@@ -16,11 +16,11 @@ import (
 	"github.com/sethvargo/go-retry"
 
 	"github.com/outboxkit/outbox/dispatcher"
+	"github.com/outboxkit/outbox/dispatcher/metrics"
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/internal/adminhttp"
-	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/internal/ingest"
-	"github.com/outboxkit/outbox/internal/metrics"
 	"github.com/outboxkit/outbox/internal/secret"
 	"github.com/outboxkit/outbox/migrations"
 	"github.com/outboxkit/outbox/providers"

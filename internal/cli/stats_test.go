@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/audit"
 )
 
 func TestStatsCountsByStateAndKind(t *testing.T) {

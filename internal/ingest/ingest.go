@@ -108,7 +108,7 @@ func decodeField(err error) string {
 }
 
 // Observer is told how many intents of each kind a message recorded, after
-// the transaction committed (never for a duplicate). internal/metrics
+// the transaction committed (never for a duplicate). dispatcher/metrics
 // implements it. It must be safe for concurrent use and must not block.
 type Observer interface {
 	IntentsRecorded(kind string, n int)

@@ -114,6 +114,29 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	return pool, dbURL
 }
 
+// ExampleDB creates a fresh database with the current schema for an
+// example (which has no testing.T), and returns a pool on it and a cleanup
+// that closes the pool and drops the database. It panics if it cannot.
+func ExampleDB() (*pgxpool.Pool, func()) {
+	ctx := context.Background()
+	name := "outbox_example_" + randomSuffix()
+	if err := CreateDatabase(ctx, name, Template()); err != nil {
+		panic(err)
+	}
+	dbURL, err := WithDatabase(ServerURL(), name)
+	if err != nil {
+		panic(err)
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		panic(err)
+	}
+	return pool, func() {
+		pool.Close()
+		_ = DropDatabase(context.Background(), name)
+	}
+}
+
 // NewEmptyDB creates a fresh database with no schema at all (what a
 // newcomer's first database looks like) and returns a pool connected to it
 // and its URL. Both are cleaned up when t ends.

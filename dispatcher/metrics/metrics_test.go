@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/outboxkit/outbox/dispatcher"
+	"github.com/outboxkit/outbox/dispatcher/metrics"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/metrics"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"

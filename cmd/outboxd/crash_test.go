@@ -360,8 +360,9 @@ func takeOver(t *testing.T, cr crashed) intenttype.State {
 }
 
 // A dispatcher killed after Stripe created the PaymentIntent but before the
-// outcome was recorded leaves the intent pending with no attempt (a keyed
-// provider has no write-ahead). The next dispatcher retries with the same
+// outcome was recorded leaves its claim: the intent dispatching with an open
+// attempt, durable evidence that Stripe may have acted. Inside the key
+// window the next dispatcher takes the claim over and retries with the same
 // idempotency key, and Stripe replays the first response: one payment.
 func TestKilledDuringStripeCallIsReplayedNotChargedTwice(t *testing.T) {
 	t.Parallel()
@@ -369,11 +370,11 @@ func TestKilledDuringStripeCallIsReplayedNotChargedTwice(t *testing.T) {
 	cr := killDuringCall(t, c)
 
 	state, count, _ := intentState(t, cr.pool, cr.intentID)
-	if state != intenttype.StatePending || count != 0 {
-		t.Fatalf("after the kill the intent is %s with attempt_count %d, want pending with 0 (no write-ahead for a keyed provider)", state, count)
+	if state != intenttype.StateDispatching || count != 1 {
+		t.Fatalf("after the kill the intent is %s with attempt_count %d, want dispatching with 1 (the claim)", state, count)
 	}
-	if a := attempts(t, cr.pool, cr.intentID); len(a) != 0 {
-		t.Fatalf("after the kill there are attempt rows %+v, want none", a)
+	if a := attempts(t, cr.pool, cr.intentID); len(a) != 1 || a[0].Outcome != nil {
+		t.Fatalf("after the kill the attempts are %s, want one open", formatAttempts(a))
 	}
 	if js := jobState(t, cr.pool, cr.intentID); js != "running (attempt 1)" {
 		t.Fatalf("after the kill the dispatch job is %q, want running (attempt 1)", js)
@@ -391,13 +392,16 @@ func TestKilledDuringStripeCallIsReplayedNotChargedTwice(t *testing.T) {
 	if last.Outcome == nil || *last.Outcome != "succeeded" || !last.Replayed {
 		t.Fatalf("attempts = %s, want the last one succeeded with replayed=true", formatAttempts(a))
 	}
-	for _, at := range a[:len(a)-1] {
+	if first := a[0]; first.Outcome == nil || *first.Outcome != "ambiguous" {
+		t.Fatalf("attempts = %s, want the killed one closed as ambiguous when taken over", formatAttempts(a))
+	}
+	for _, at := range a[1 : len(a)-1] {
 		if at.Outcome == nil || *at.Outcome != "retry" {
-			t.Fatalf("attempts = %s, want only retries before the replayed success", formatAttempts(a))
+			t.Fatalf("attempts = %s, want only retries between the killed attempt and the replayed success", formatAttempts(a))
 		}
 	}
 	var key, ref string
-	if err := cr.pool.QueryRow(context.Background(), `SELECT idempotency_key, coalesce(provider_ref, '') FROM outbox_intents WHERE id = $1`, cr.intentID).Scan(&key, &ref); err != nil {
+	if err := cr.pool.QueryRow(context.Background(), `SELECT provider_key, coalesce(provider_ref, '') FROM outbox_intents WHERE id = $1`, cr.intentID).Scan(&key, &ref); err != nil {
 		t.Fatal(err)
 	}
 	pis := c.stripe.PaymentIntents()

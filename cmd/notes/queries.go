@@ -76,3 +76,7 @@ SELECT
     (SELECT count(*) FROM outbox_intents WHERE kind = $3 AND reference = ANY($4::text[]) AND state = 'succeeded'),
     (SELECT count(*) FROM outbox_intents WHERE kind = $3 AND reference = ANY($4::text[]) AND state = 'in_doubt'),
     (SELECT count(*) FROM outbox_intents WHERE kind = $3 AND reference = ANY($4::text[]) AND state IN ('failed', 'cancelled'))`
+
+// publishedIDSQL reads the message-id a NoteCreated intent was published
+// with (the provider key the dispatcher fixed at its first attempt).
+const publishedIDSQL = `SELECT coalesce(provider_key, idempotency_key) FROM outbox_intents WHERE idempotency_key = $1`

@@ -175,7 +175,11 @@ func (s *scenario) run(ctx context.Context, total int) error {
 	// message-id: what a publisher retrying after a lost confirm, or an
 	// operator replaying a message, produces.
 	id := s.rep.NoteIDs[0]
-	fmt.Fprintf(s.progress, "step 2: publish a copy of note %d's NoteCreated straight to RabbitMQ, message-id %s\n", id, messageID(id))
+	published, err := s.publishedIDs(ctx, []int64{id})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.progress, "step 2: publish a copy of note %d's NoteCreated straight to RabbitMQ, message-id %s\n", id, published[0])
 	n, err := s.get(ctx, id)
 	if err != nil {
 		return err
@@ -184,7 +188,7 @@ func (s *scenario) run(ctx context.Context, total int) error {
 	if err != nil {
 		return err
 	}
-	if err := s.a.topo.publishCopy(ctx, messageID(id), body); err != nil {
+	if err := s.a.topo.publishCopy(ctx, published[0], body); err != nil {
 		return err
 	}
 	s.rep.BrokerDuplicates++
@@ -420,12 +424,12 @@ func references(ids []int64) []string {
 func (s *scenario) fill(ctx context.Context) error {
 	r, ids := s.rep, s.rep.NoteIDs
 	refs := references(ids)
-	msgIDs := make([]string, len(ids))
-	for i, id := range ids {
-		msgIDs[i] = messageID(id)
+	msgIDs, err := s.publishedIDs(ctx, ids)
+	if err != nil {
+		return err
 	}
 	var publishIntents, failedEmails int
-	err := s.a.pool.QueryRow(ctx, reportSQL, ids, amqpprovider.KindPublish, sendgridprovider.KindEmail, refs, taggerConsumer, msgIDs).Scan(
+	err = s.a.pool.QueryRow(ctx, reportSQL, ids, amqpprovider.KindPublish, sendgridprovider.KindEmail, refs, taggerConsumer, msgIDs).Scan(
 		&r.NotesTagged, &r.TagsStored, &r.PublishAttempts, &r.NoteCreatedPublished, &publishIntents, &r.ProcessedMarkers,
 		&r.EmailIntents, &r.EmailsSent, &r.EmailsInDoubt, &failedEmails)
 	if err != nil {
@@ -530,4 +534,17 @@ func printReport(w io.Writer, r *report) {
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "    - %s\n", p)
 	}
+}
+
+// publishedIDs returns the message-id each note's NoteCreated went out
+// with: the key the dispatcher sent the broker (the intent's key under the
+// deployment's namespace), which the tagger's inbox deduplicates on.
+func (s *scenario) publishedIDs(ctx context.Context, noteIDs []int64) ([]string, error) {
+	out := make([]string, len(noteIDs))
+	for i, id := range noteIDs {
+		if err := s.a.pool.QueryRow(ctx, publishedIDSQL, messageID(id)).Scan(&out[i]); err != nil {
+			return nil, fmt.Errorf("read note %d's published message-id: %w", id, err)
+		}
+	}
+	return out, nil
 }

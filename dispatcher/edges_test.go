@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
@@ -152,5 +153,64 @@ func TestSettlementSurvivesALostConnection(t *testing.T) {
 	}
 	if n := b.sendgrid.EffectsFor(id); n != 1 {
 		t.Fatalf("SendGrid double accepted %d emails, want 1", n)
+	}
+}
+
+// Two deployments share one Stripe account and both have intent 1 with the
+// same consumer key. After an ambiguous 500, ours must not adopt the other
+// deployment's PaymentIntent (DESIGN.md, invariant 1): Stripe proves ours
+// absent, and ours is charged under a new key.
+func TestAnotherDeploymentsChargeIsNeverAdopted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, options{})
+	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
+	var key string
+	if err := b.pool.QueryRow(ctx, `SELECT idempotency_key FROM outbox_intents WHERE id = $1`, id).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	theirs := testkit.ForeignPaymentIntent(t, b.stripe, "0therdep10yment0", intenttype.ProviderKey("0therdep10yment0", 0, key, 255), id, 500, "cus_1")
+	b.stripe.Faults().Push(fault.Fault{Kind: fault.ErrorBefore, Status: 500})
+	b.start(t, b.config())
+
+	s := b.waitSettled(t, id)
+	if s.State != intenttype.StateSucceeded || s.ProviderRef == theirs {
+		t.Fatalf("intent = %+v; want succeeded with a PaymentIntent of its own, not %s", s, theirs)
+	}
+	_, ours := testkit.ProviderKey(t, b.pool, key, 255)
+	var mine int
+	for _, pi := range b.stripe.PaymentIntents() {
+		if pi.ID == s.ProviderRef && pi.Metadata[providers.MetadataNamespace] != "0therdep10yment0" && strings.HasPrefix(pi.Metadata[providers.MetadataKey], strings.SplitN(ours, ".", 2)[0]) {
+			mine++
+		}
+	}
+	if mine != 1 {
+		t.Fatalf("the intent's provider_ref %s is not one PaymentIntent of this deployment's", s.ProviderRef)
+	}
+	if a := b.attempts(t, id); len(a) != 2 || a[0].Outcome != "ambiguous" {
+		t.Fatalf("attempts = %+v, want the ambiguous 500, then the charge under a new key", a)
+	}
+}
+
+// An object that carries this deployment's namespace and the intent's key
+// but not its amount is never adopted: the intent is held in_doubt, saying
+// why.
+func TestAMismatchedObjectIsHeldInDoubt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, options{})
+	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
+	var key string
+	if err := b.pool.QueryRow(ctx, `SELECT idempotency_key FROM outbox_intents WHERE id = $1`, id).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	ns, pk := testkit.ProviderKey(t, b.pool, key, 255)
+	testkit.ForeignPaymentIntent(t, b.stripe, ns, pk, id, 999, "cus_1")
+	b.stripe.Faults().Push(fault.Fault{Kind: fault.ErrorBefore, Status: 500})
+	b.start(t, b.config())
+
+	s := b.waitSettled(t, id)
+	if s.State != intenttype.StateInDoubt || !strings.Contains(s.LastError, "not adopted") {
+		t.Fatalf("intent = %+v, want in_doubt, the mismatched object not adopted", s)
 	}
 }

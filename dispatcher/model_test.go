@@ -24,8 +24,14 @@ package dispatcher
 //     are silent);
 //   - an operator action that is refused changes nothing.
 //
-// The default run is small and fixed so it fits in `make test`: 6 cases of
-// about 25 actions from a fixed seed, printed. Longer runs:
+// Model assumptions: the operator is truthful (resolves by what the double
+// shows, resends only what it does not have); a worker parked before its
+// call sends it only if its claim still holds and less than CallTimeout of
+// model time passed (a take-over needs River's RescueStuckJobsAfter, longer
+// than CallTimeout, so the stalled worker's context has ended by then).
+//
+// The default run is small and fixed so it fits in `make test`: 25 cases of
+// 20 to 40 actions from a fixed seed, printed (about 10 s). Longer runs:
 //
 //	go test -count=1 -run TestModel ./dispatcher/ -rapid.checks=200 -rapid.steps=60
 //	go test -count=1 -run TestModel ./dispatcher/ -rapid.seed=0   # a random seed
@@ -68,8 +74,8 @@ import (
 
 // Defaults of the bounded run; see the comment above.
 const (
-	modelChecks = 6
-	modelSteps  = 25
+	modelChecks = 25
+	modelSteps  = 40
 	modelSeed   = 20240611
 
 	modelCallTimeout = 300 * time.Millisecond
@@ -216,9 +222,13 @@ func (p *modelProvider) Perform(ctx context.Context, req providers.Request) (pro
 		close(z.parked)
 		<-z.release
 		rec.At = m.clock.Now()
-		if m.clock.Now().Sub(z.parkedAt) >= modelCallTimeout {
-			// As much time passed as the call's timeout: the worker's
-			// context has ended, whatever the wall clock of this test says.
+		if m.clock.Now().Sub(z.parkedAt) >= modelCallTimeout || !m.stillClaimed(req) {
+			// The worker's call context has ended, whatever the wall clock
+			// of this test says: as much model time passed as the call's
+			// timeout, or its claim was taken over or settled, which in a
+			// deployment takes River's RescueStuckJobsAfter, longer than
+			// CallTimeout. (Without this, a stalled request sent after a
+			// take-over is a duplicate no claim can prevent.)
 			c, cancel := context.WithCancel(ctx)
 			cancel()
 			ctx = c
@@ -245,6 +255,14 @@ func (p *modelProvider) Perform(ctx context.Context, req providers.Request) (pro
 		<-pl.zombie.release
 	}
 	return res, err
+}
+
+// stillClaimed reports whether req's attempt still holds its intent.
+func (m *model) stillClaimed(req providers.Request) bool {
+	var claimed *int
+	var state string
+	err := m.env.pool.QueryRow(context.Background(), `SELECT state, claimed_attempt FROM outbox_intents WHERE id = $1`, req.IntentID).Scan(&state, &claimed)
+	return err == nil && state == "dispatching" && claimed != nil && *claimed == req.Attempt
 }
 
 // modelEnv is shared by every case of one run: one database, two doubles.

@@ -15,7 +15,9 @@ package dispatcher
 //   - succeeded ⇒ exactly one effect (a charged PaymentIntent, an email);
 //   - failed ⇒ no charge and no email; cancelled ⇒ no effect at all;
 //   - a cancelled intent had no call under its current key that may have
-//     reached the provider;
+//     reached the provider, and a pending or in_doubt one after such a
+//     call says may_have_acted;
+//   - out of attempts only with the whole budget used (a resend's too);
 //   - no call to a keyed provider past its key window (less
 //     Config.KeyWindowMargin) after an earlier call under the same key that
 //     may have reached it;
@@ -79,6 +81,7 @@ const (
 	modelSeed   = 20240611
 
 	modelCallTimeout = 300 * time.Millisecond
+	modelMaxAttempts = 4
 	modelKeyMargin   = time.Hour
 	modelWait        = 20 * time.Second
 )
@@ -414,7 +417,7 @@ func (env *modelEnv) newCase(t *rapid.T) *model {
 	m.d, err = New(env.pool, &Config{
 		Providers:       reg,
 		CallTimeout:     modelCallTimeout,
-		MaxAttempts:     4,
+		MaxAttempts:     modelMaxAttempts,
 		KeyWindowMargin: modelKeyMargin,
 		RecheckDelay:    time.Millisecond,
 		MaxRechecks:     3,
@@ -748,6 +751,7 @@ type modelRow struct {
 	MayHaveActed bool
 	ProviderKey  string
 	Generation   int
+	AttemptsUsed int
 }
 
 type eventRow struct {
@@ -760,7 +764,7 @@ type eventRow struct {
 
 func (m *model) check(t *rapid.T) {
 	ctx := context.Background()
-	rows, err := m.env.pool.Query(ctx, `SELECT id, provider, state, may_have_acted, coalesce(provider_key, ''), key_generation FROM outbox_intents ORDER BY id`)
+	rows, err := m.env.pool.Query(ctx, `SELECT id, provider, state, may_have_acted, coalesce(provider_key, ''), key_generation, attempt_count - budget_from FROM outbox_intents ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -816,6 +820,17 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 		}
 	}
 
+	// "May have acted" is sticky (invariant 3): once settled after a call
+	// under the current key that may have reached the provider, the row
+	// says so.
+	if r.State == intenttype.StatePending || r.State == intenttype.StateInDoubt {
+		for _, c := range calls {
+			if c.Intent == r.ID && c.Reaches && c.Key == r.ProviderKey && !r.MayHaveActed {
+				return fmt.Sprintf("%s with may_have_acted false after a call under its current key that may have reached the provider (%s %s)", r.State, c.Fault, c.Interrupt)
+			}
+		}
+	}
+
 	// Past the key window, never blind (invariant 8).
 	if r.Provider == "stripe" {
 		window := stripeprovider.DefaultKeyWindow - modelKeyMargin
@@ -856,6 +871,11 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 		}
 		if !silent(prev, e.From) {
 			return fmt.Sprintf("event %s → %s (%q) does not follow the previous state %s", e.From, e.To, e.Reason, prev)
+		}
+		if e.Reason == "attempts exhausted" && r.AttemptsUsed < modelMaxAttempts {
+			// An operator's resend is performed (invariant 5): the budget
+			// it granted is not spent by attempts made before it.
+			return fmt.Sprintf("failed as out of attempts with %d of %d used", r.AttemptsUsed, modelMaxAttempts)
 		}
 		prev = e.To
 	}

@@ -17,6 +17,7 @@ require (
 	github.com/sethvargo/go-retry v0.5.0
 	github.com/stripe/stripe-go/v76 v76.25.0
 	golang.org/x/net v0.59.0
+	pgregory.net/rapid v1.3.0
 	riverqueue.com/riverui v0.22.0
 )
 

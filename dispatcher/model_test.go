@@ -1,0 +1,926 @@
+package dispatcher
+
+// TestModel is a property-based, state-machine test of the intent's
+// lifecycle (DESIGN.md, "Invariants at the edges"). rapid draws a sequence of
+// actions — record an intent, run one dispatch step with a chosen provider
+// fault, crash a step after its claim or after its call (runtime.Goexit in a
+// wrapping provider, no hook in production code), park a step as a zombie and
+// release it later, rescue a dispatching intent, Recheck, operator Resend /
+// Cancel / Resolve, advance the clock past the key window — and drives the
+// real dispatcher (d.work, d.Recheck, no River workers) against a real
+// database and the real Stripe and SendGrid doubles. After every action it
+// checks, from the doubles' own records and the rows:
+//
+//   - never two effects for one intent;
+//   - succeeded ⇒ exactly one effect (a charged PaymentIntent, an email);
+//   - failed ⇒ no charge and no email; cancelled ⇒ no effect at all;
+//   - a cancelled intent had no call under its current key that may have
+//     reached the provider, and a pending or in_doubt one after such a
+//     call says may_have_acted;
+//   - out of attempts only with the whole budget used (a resend's too);
+//   - no call to a keyed provider past its key window (less
+//     Config.KeyWindowMargin) after an earlier call under the same key that
+//     may have reached it;
+//   - every event in outbox_events is an edge of intenttype.Transitions, by
+//     the right actor, and the events chain (claims and same-key retries
+//     are silent);
+//   - an operator action that is refused changes nothing.
+//
+// Model assumptions: the operator is truthful (resolves by what the double
+// shows, resends only what it does not have); a worker parked before its
+// call sends it only if its claim still holds and less than CallTimeout of
+// model time passed (a take-over needs River's RescueStuckJobsAfter, longer
+// than CallTimeout, so the stalled worker's context has ended by then).
+//
+// The default run is small and fixed so it fits in `make test`: 25 cases of
+// 20 to 40 actions from a fixed seed, printed (about 10 s). Longer runs:
+//
+//	go test -count=1 -run TestModel ./dispatcher/ -rapid.checks=200 -rapid.steps=60
+//	go test -count=1 -run TestModel ./dispatcher/ -rapid.seed=0   # a random seed
+//
+// (or RAPID_CHECKS, RAPID_STEPS, RAPID_SEED in the environment). A failure
+// prints the shrunk action list with names and the failing intent's rows,
+// attempts, events, provider calls and the doubles' records.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
+
+	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/providers"
+	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
+	"github.com/outboxkit/outbox/providers/stripeprovider"
+	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
+)
+
+// Defaults of the bounded run; see the comment above.
+const (
+	modelChecks = 25
+	modelSteps  = 40
+	modelSeed   = 20240611
+
+	modelCallTimeout = 300 * time.Millisecond
+	modelMaxAttempts = 4
+	modelKeyMargin   = time.Hour
+	modelWait        = 20 * time.Second
+)
+
+const (
+	modelPayment  = `{"amount": 500, "currency": "usd", "customer": "cus_1", "payment_method": "pm_card_visa", "confirm": true}`
+	modelDeclined = `{"amount": 500, "currency": "usd", "customer": "cus_1", "payment_method": "pm_card_visa_chargeDeclined", "confirm": true}`
+	modelEmail    = `{"from": {"email": "shop@example.com"}, "to": [{"email": "buyer@example.com"}], "subject": "Receipt", "text": "Thanks"}`
+)
+
+// modelDefaults sets rapid's flags to the bounded run unless the command
+// line or the environment chose otherwise.
+func modelDefaults(t *testing.T) {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range map[string]string{
+		"rapid.checks":     strconv.Itoa(modelChecks),
+		"rapid.steps":      strconv.Itoa(modelSteps),
+		"rapid.seed":       strconv.Itoa(modelSeed),
+		"rapid.nofailfile": "true",
+	} {
+		env := "RAPID_" + strings.ToUpper(strings.TrimPrefix(name, "rapid."))
+		if _, ok := os.LookupEnv(env); ok || set[name] {
+			continue
+		}
+		if err := flag.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("model run: -rapid.checks=%s -rapid.steps=%s -rapid.seed=%s",
+		flag.Lookup("rapid.checks").Value, flag.Lookup("rapid.steps").Value, flag.Lookup("rapid.seed").Value)
+}
+
+func flagInt(name string) int {
+	n, err := strconv.Atoi(flag.Lookup(name).Value.String())
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// modelClock is real time plus an offset the test moves forward; shared by
+// the dispatcher and the Stripe double.
+type modelClock struct{ offset atomic.Int64 }
+
+func (c *modelClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *modelClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// faultChoice is one provider call's outcome, as the doubles show it.
+type faultChoice struct {
+	Name  string
+	Fault fault.Fault
+}
+
+var modelFaults = []faultChoice{
+	{"ok", fault.Fault{}},
+	{"lost_response", fault.Fault{Kind: fault.LoseResponse}},
+	{"500_before", fault.Fault{Kind: fault.ErrorBefore, Status: 500}},
+	{"500_after", fault.Fault{Kind: fault.ErrorAfter, Status: 500}},
+	{"503_before", fault.Fault{Kind: fault.ErrorBefore, Status: 503}},
+	{"503_after", fault.Fault{Kind: fault.ErrorAfter, Status: 503}},
+	{"429", fault.Fault{Kind: fault.RateLimit, RetryAfter: time.Millisecond}},
+	{"delay_past_timeout", fault.Fault{Kind: fault.Delay, Delay: 5 * time.Second}},
+}
+
+// reaches reports whether a call that met f may have reached the provider
+// (acted, or saved an answer under the key): everything but a refusal
+// before acting that saves nothing.
+func (f faultChoice) reaches() bool {
+	switch f.Fault.Kind {
+	case fault.RateLimit:
+		return false
+	case fault.ErrorBefore:
+		return f.Fault.Status == 500
+	}
+	return true
+}
+
+// interrupt is what the wrapping provider does around the real call.
+type interrupt string
+
+const (
+	runThrough  interrupt = ""
+	crashBefore interrupt = "crash_before_call" // claim committed, no call
+	crashAfter  interrupt = "crash_after_call"  // call made, no settle
+	parkBefore  interrupt = "park_before_call"  // a zombie: resumes later
+	parkAfter   interrupt = "park_after_call"   // a zombie with an outcome
+)
+
+// plan is what the next provider call does.
+type plan struct {
+	fault     faultChoice
+	interrupt interrupt
+	zombie    *zombie
+}
+
+// callRec is one Perform the dispatcher made.
+type callRec struct {
+	Intent    int64
+	Provider  string
+	Key       string
+	KeyFirst  time.Time
+	At        time.Time // model clock, when the call went (or would have gone) out
+	Fault     string
+	Interrupt interrupt
+	Sent      bool // reached the real adapter
+	Reaches   bool // may have reached the provider
+	Outcome   string
+}
+
+type zombie struct {
+	intent   int64
+	mode     interrupt
+	release  chan struct{}
+	parked   chan struct{}
+	done     chan struct{}
+	parkedAt time.Time
+	clock    *modelClock
+}
+
+// modelProvider wraps a real adapter: it injects the planned fault into the
+// double just before the call, logs the call, and crashes or parks the
+// worker around it.
+type modelProvider struct {
+	providers.Provider
+	m   *model
+	inj *fault.Injector
+}
+
+func (p *modelProvider) Perform(ctx context.Context, req providers.Request) (providers.Result, error) {
+	m := p.m
+	pl := m.takePlan()
+	rec := callRec{Intent: req.IntentID, Provider: p.Name(), Key: req.IdempotencyKey, KeyFirst: req.KeyFirstUsedAt,
+		At: m.clock.Now(), Fault: pl.fault.Name, Interrupt: pl.interrupt}
+	switch pl.interrupt {
+	case crashBefore:
+		m.logCall(rec)
+		runtime.Goexit()
+	case parkBefore:
+		z := pl.zombie
+		close(z.parked)
+		<-z.release
+		rec.At = m.clock.Now()
+		if m.clock.Now().Sub(z.parkedAt) >= modelCallTimeout || !m.stillClaimed(req) {
+			// The worker's call context has ended, whatever the wall clock
+			// of this test says: as much model time passed as the call's
+			// timeout, or its claim was taken over or settled, which in a
+			// deployment takes River's RescueStuckJobsAfter, longer than
+			// CallTimeout. (Without this, a stalled request sent after a
+			// take-over is a duplicate no claim can prevent.)
+			c, cancel := context.WithCancel(ctx)
+			cancel()
+			ctx = c
+		}
+	}
+	if ctx.Err() == nil {
+		rec.Sent = true
+		rec.Reaches = pl.fault.reaches()
+		if pl.fault.Fault.Kind != fault.None {
+			p.inj.Push(pl.fault.Fault)
+		}
+	}
+	res, err := p.Provider.Perform(ctx, req)
+	rec.Outcome = "ok"
+	if err != nil {
+		rec.Outcome = providers.Classify(err).Error()
+	}
+	m.logCall(rec)
+	switch pl.interrupt {
+	case crashAfter:
+		runtime.Goexit()
+	case parkAfter:
+		close(pl.zombie.parked)
+		<-pl.zombie.release
+	}
+	return res, err
+}
+
+// stillClaimed reports whether req's attempt still holds its intent.
+func (m *model) stillClaimed(req providers.Request) bool {
+	var claimed *int
+	var state string
+	err := m.env.pool.QueryRow(context.Background(), `SELECT state, claimed_attempt FROM outbox_intents WHERE id = $1`, req.IntentID).Scan(&state, &claimed)
+	return err == nil && state == "dispatching" && claimed != nil && *claimed == req.Attempt
+}
+
+// modelEnv is shared by every case of one run: one database, two doubles.
+type modelEnv struct {
+	pool     *pgxpool.Pool
+	clock    *modelClock
+	stripe   *stripedouble.Server
+	sendgrid *sendgriddouble.Server
+	seq      atomic.Int64
+}
+
+type modelIntent struct {
+	ID       int64
+	Provider string
+	Payload  string // "ok", "declined", "email"
+}
+
+// model is one case.
+type model struct {
+	env   *modelEnv
+	clock *modelClock
+	d     *Dispatcher
+	rec   *intents.Client
+	ops   *audit.Store
+	sgRec bool
+
+	mu      sync.Mutex
+	next    plan
+	calls   []callRec
+	intents []modelIntent
+	zombies []*zombie
+	actions []string
+}
+
+func (m *model) takePlan() plan {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.next
+	m.next = plan{}
+	return p
+}
+
+func (m *model) setPlan(p plan) {
+	m.mu.Lock()
+	m.next = p
+	m.mu.Unlock()
+}
+
+func (m *model) logCall(c callRec) {
+	m.mu.Lock()
+	m.calls = append(m.calls, c)
+	m.mu.Unlock()
+}
+
+func (m *model) callsSnapshot() []callRec {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.calls)
+}
+
+func (m *model) note(t *rapid.T, format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	m.actions = append(m.actions, s)
+	t.Log("action: " + s)
+}
+
+func TestModel(t *testing.T) {
+	modelDefaults(t)
+	pool, _ := pgtest.NewDB(t)
+	env := &modelEnv{pool: pool, clock: &modelClock{}}
+	var err error
+	env.stripe, err = stripedouble.NewServer(stripedouble.Config{Now: env.clock.Now, Faults: fault.New(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.stripe.Close() })
+	env.sendgrid, err = sendgriddouble.NewServer(sendgriddouble.Config{Now: env.clock.Now, Faults: fault.New(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.sendgrid.Close() })
+
+	rapid.Check(t, func(rt *rapid.T) {
+		m := env.newCase(rt)
+		defer m.releaseAll()
+		// A generated action list rather than rt.Repeat: Repeat's length
+		// is geometric and often ends after a couple of actions, too
+		// short to reach the interleavings that matter. The first action,
+		// "nothing", is what shrinking replaces the irrelevant ones with.
+		actions := []struct {
+			name string
+			fn   func(*rapid.T)
+		}{
+			{"nothing", func(*rapid.T) {}},
+			{"record", m.actRecord},
+			{"step", m.actStep},
+			{"step", m.actStep},
+			{"crash", m.actCrash},
+			{"park", m.actPark},
+			{"release", m.actRelease},
+			{"rescue", m.actRescue},
+			{"recheck", m.actRecheck},
+			{"operator", m.actOperator},
+			{"advance_clock", m.actAdvance},
+		}
+		names := make([]int, len(actions))
+		for i := range actions {
+			names[i] = i
+		}
+		steps := flagInt("rapid.steps")
+		n := rapid.IntRange(steps/2, steps).Draw(rt, "actions")
+		for range n {
+			a := actions[rapid.SampledFrom(names).Draw(rt, "action")]
+			if a.name != "record" && len(m.intents) == 0 {
+				continue
+			}
+			a.fn(rt)
+			m.check(rt)
+		}
+		m.finish(rt)
+	})
+}
+
+func (env *modelEnv) newCase(t *rapid.T) *model {
+	ctx := context.Background()
+	if _, err := env.pool.Exec(ctx, `TRUNCATE outbox_intents, outbox_processed_messages, river_job CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	m := &model{env: env, clock: env.clock}
+	m.sgRec = rapid.Bool().Draw(t, "sendgrid_reconciles")
+	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: env.stripe.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: env.sendgrid.URL(), Reconcile: m.sgRec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := providers.NewRegistry(&modelProvider{Provider: sp, m: m, inj: env.stripe.Faults()},
+		&modelProvider{Provider: gp, m: m, inj: env.sendgrid.Faults()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.rec, err = intents.NewClient(env.pool, &intents.Config{Providers: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ops = audit.New(env.pool, reg)
+	m.d, err = New(env.pool, &Config{
+		Providers:       reg,
+		CallTimeout:     modelCallTimeout,
+		MaxAttempts:     modelMaxAttempts,
+		KeyWindowMargin: modelKeyMargin,
+		RecheckDelay:    time.Millisecond,
+		MaxRechecks:     3,
+		Now:             env.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.d.namespace, err = m.d.store.Namespace(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.note(t, "case: sendgrid reconciles=%t", m.sgRec)
+	return m
+}
+
+// finish releases every zombie, waits for it, and checks once more.
+func (m *model) finish(t *rapid.T) {
+	for len(m.zombies) > 0 {
+		m.releaseZombie(t, 0)
+	}
+	m.check(t)
+}
+
+// releaseAll lets every parked worker go, after a failure, so none is left
+// blocked; it waits for them, bounded.
+func (m *model) releaseAll() {
+	for _, z := range m.zombies {
+		close(z.release)
+		select {
+		case <-z.done:
+		case <-time.After(modelWait):
+		}
+	}
+	m.zombies = nil
+}
+
+// ---- actions ----
+
+func (m *model) actRecord(t *rapid.T) {
+	kind := rapid.SampledFrom([]string{"payment", "declined_payment", "email"}).Draw(t, "intent")
+	k, payload, prov := stripeprovider.KindPaymentIntent, modelPayment, "stripe"
+	switch kind {
+	case "declined_payment":
+		payload = modelDeclined
+	case "email":
+		k, payload, prov = sendgridprovider.KindEmail, modelEmail, "sendgrid"
+	}
+	res, err := m.rec.Consume(context.Background(), intents.Message{Consumer: "model", ID: fmt.Sprintf("m-%d-%d", os.Getpid(), m.env.seq.Add(1))},
+		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
+			return rec.Record(intents.Intent{Kind: k, Payload: json.RawMessage(payload)})
+		})
+	if err != nil {
+		t.Fatalf("record: %v", err)
+	}
+	id := res.Intents[0].ID
+	m.intents = append(m.intents, modelIntent{ID: id, Provider: prov, Payload: kind})
+	m.note(t, "record %s → intent %d", kind, id)
+}
+
+// pick draws an intent in one of states (any state when none given); 0
+// when there is none.
+func (m *model) pick(t *rapid.T, label string, states ...intenttype.State) int64 {
+	var ids []int64
+	for _, in := range m.intents {
+		if len(states) == 0 || slices.Contains(states, m.state(t, in.ID)) {
+			ids = append(ids, in.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return 0
+	}
+	return rapid.SampledFrom(ids).Draw(t, label)
+}
+
+func (m *model) state(t *rapid.T, id int64) intenttype.State {
+	var s intenttype.State
+	if err := m.env.pool.QueryRow(context.Background(), `SELECT state FROM outbox_intents WHERE id = $1`, id).Scan(&s); err != nil {
+		t.Fatalf("state of %d: %v", id, err)
+	}
+	return s
+}
+
+func (m *model) drawFault(t *rapid.T) faultChoice {
+	return rapid.SampledFrom(modelFaults).Draw(t, "fault")
+}
+
+// run runs one d.work in its own goroutine and waits for it: returns
+// whether it crashed (runtime.Goexit) and its error.
+func (m *model) run(t *rapid.T, id int64) (crashed bool, err error) {
+	done := make(chan struct{})
+	returned := false
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), modelWait)
+		defer cancel()
+		err = m.d.work(ctx, 0, id)
+		returned = true
+	}()
+	select {
+	case <-done:
+	case <-time.After(modelWait):
+		t.Fatalf("d.work on intent %d did not finish within %s", id, modelWait)
+	}
+	m.setPlan(plan{})
+	return !returned, err
+}
+
+func (m *model) step(t *rapid.T, what string, id int64, f faultChoice, in interrupt) {
+	before := m.state(t, id)
+	m.setPlan(plan{fault: f, interrupt: in})
+	crashed, err := m.run(t, id)
+	res := fmt.Sprintf("%s → %s", before, m.state(t, id))
+	if crashed {
+		res += " (crashed)"
+	} else if err != nil {
+		res += fmt.Sprintf(" (work: %v)", err)
+	}
+	m.note(t, "%s intent %d fault=%s %s: %s", what, id, f.Name, in, res)
+}
+
+func (m *model) actStep(t *rapid.T) {
+	id := m.pick(t, "intent", intenttype.StatePending, intenttype.StateDispatching)
+	if id == 0 {
+		return
+	}
+	m.step(t, "step", id, m.drawFault(t), runThrough)
+}
+
+func (m *model) actRescue(t *rapid.T) {
+	id := m.pick(t, "intent", intenttype.StateDispatching)
+	if id == 0 {
+		return
+	}
+	m.step(t, "rescue", id, m.drawFault(t), runThrough)
+}
+
+func (m *model) actCrash(t *rapid.T) {
+	id := m.pick(t, "intent", intenttype.StatePending, intenttype.StateDispatching)
+	if id == 0 {
+		return
+	}
+	in := rapid.SampledFrom([]interrupt{crashBefore, crashAfter}).Draw(t, "crash")
+	m.step(t, "step", id, m.drawFault(t), in)
+}
+
+// actPark starts a step whose worker stops in the provider call (before or
+// after it) and stays there, as a worker that hangs and is rescued while
+// still alive; actRelease lets it go on.
+func (m *model) actPark(t *rapid.T) {
+	if len(m.zombies) >= 2 {
+		return
+	}
+	id := m.pick(t, "intent", intenttype.StatePending, intenttype.StateDispatching)
+	if id == 0 {
+		return
+	}
+	f := m.drawFault(t)
+	in := rapid.SampledFrom([]interrupt{parkBefore, parkAfter}).Draw(t, "park")
+	z := &zombie{intent: id, mode: in, release: make(chan struct{}), parked: make(chan struct{}), done: make(chan struct{}), clock: m.clock}
+	before := m.state(t, id)
+	m.setPlan(plan{fault: f, interrupt: in, zombie: z})
+	var err error
+	go func() {
+		defer close(z.done)
+		ctx, cancel := context.WithTimeout(context.Background(), modelWait+time.Minute)
+		defer cancel()
+		err = m.d.work(ctx, 0, id)
+	}()
+	select {
+	case <-z.parked:
+		z.parkedAt = m.clock.Now()
+		m.zombies = append(m.zombies, z)
+		m.note(t, "park intent %d fault=%s %s: %s → %s (worker parked)", id, f.Name, in, before, m.state(t, id))
+	case <-z.done:
+		// The step made no call (settled without one, or lost its claim).
+		m.setPlan(plan{})
+		m.note(t, "park intent %d fault=%s %s: %s → %s (no call made; work: %v)", id, f.Name, in, before, m.state(t, id), err)
+	case <-time.After(modelWait):
+		t.Fatalf("parked step on intent %d neither parked nor finished within %s", id, modelWait)
+	}
+}
+
+func (m *model) actRelease(t *rapid.T) {
+	if len(m.zombies) == 0 {
+		return
+	}
+	i := rapid.IntRange(0, len(m.zombies)-1).Draw(t, "zombie")
+	m.releaseZombie(t, i)
+}
+
+func (m *model) releaseZombie(t *rapid.T, i int) {
+	z := m.zombies[i]
+	m.zombies = slices.Delete(m.zombies, i, i+1)
+	before := m.state(t, z.intent)
+	close(z.release)
+	select {
+	case <-z.done:
+	case <-time.After(modelWait):
+		t.Fatalf("released worker on intent %d did not finish within %s", z.intent, modelWait)
+	}
+	m.note(t, "release %s worker of intent %d: %s → %s", z.mode, z.intent, before, m.state(t, z.intent))
+}
+
+func (m *model) actRecheck(t *rapid.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), modelWait)
+	defer cancel()
+	n, err := m.d.Recheck(ctx)
+	if err != nil {
+		t.Fatalf("Recheck: %v", err)
+	}
+	m.note(t, "recheck: %d settled", n)
+}
+
+func (m *model) actAdvance(t *rapid.T) {
+	d := rapid.SampledFrom([]time.Duration{time.Minute, 6 * time.Hour, 22*time.Hour + 30*time.Minute, 23*time.Hour + 30*time.Minute, 25 * time.Hour}).Draw(t, "advance")
+	m.clock.Advance(d)
+	m.note(t, "advance clock by %s", d)
+}
+
+// actOperator acts as a truthful operator would decide, at any moment:
+// resolve by what the provider shows, resend only what the provider does not
+// have, cancel anything. Refusals are expected; they must change nothing.
+func (m *model) actOperator(t *rapid.T) {
+	id := m.pick(t, "intent")
+	if id == 0 {
+		return
+	}
+	action := rapid.SampledFrom([]string{"resend", "cancel", "resolve"}).Draw(t, "action")
+	ctx := context.Background()
+	before := m.snapshot(t, id)
+	eff := m.effects(id)
+	var err error
+	desc := action
+	switch action {
+	case "resend":
+		if eff.any() {
+			desc = "resend (skipped: the provider has it)"
+			m.note(t, "operator %s on intent %d", desc, id)
+			return
+		}
+		_, err = m.ops.Resend(ctx, id, "model", "checked at the provider: absent")
+	case "cancel":
+		_, err = m.ops.Cancel(ctx, id, "model", "no longer wanted")
+	case "resolve":
+		as := intenttype.StateFailed
+		if eff.charged() {
+			as = intenttype.StateSucceeded
+		}
+		desc = "resolve as " + string(as)
+		_, err = m.ops.Resolve(ctx, id, as, "model", "looked at the provider")
+	}
+	var te *audit.TransitionError
+	switch {
+	case err == nil:
+		m.note(t, "operator %s on intent %d: %s → %s", desc, id, before.State, m.state(t, id))
+	case errors.As(err, &te):
+		if after := m.snapshot(t, id); after != before {
+			t.Fatalf("operator %s on intent %d was refused (%v) but changed it: %+v → %+v", desc, id, err, before, after)
+		}
+		m.note(t, "operator %s on intent %d: refused (%s)", desc, id, before.State)
+	default:
+		t.Fatalf("operator %s on intent %d: %v", desc, id, err)
+	}
+}
+
+type rowSnapshot struct {
+	State         intenttype.State
+	AttemptCount  int
+	BudgetFrom    int
+	KeyGeneration int
+	MayHaveActed  bool
+	UpdatedAt     time.Time
+	Events        int
+	Jobs          int
+}
+
+func (m *model) snapshot(t *rapid.T, id int64) rowSnapshot {
+	var s rowSnapshot
+	err := m.env.pool.QueryRow(context.Background(), `
+SELECT state, attempt_count, budget_from, key_generation, may_have_acted, updated_at,
+       (SELECT count(*) FROM outbox_events WHERE intent_id = i.id),
+       (SELECT count(*) FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id))
+FROM outbox_intents i WHERE id = $1`, id).
+		Scan(&s.State, &s.AttemptCount, &s.BudgetFrom, &s.KeyGeneration, &s.MayHaveActed, &s.UpdatedAt, &s.Events, &s.Jobs)
+	if err != nil {
+		t.Fatalf("snapshot %d: %v", id, err)
+	}
+	return s
+}
+
+// ---- the doubles' records ----
+
+type effectSet struct {
+	PaymentIntents []string // id:status
+	Charged        int      // PaymentIntents that succeeded
+	Emails         []string
+}
+
+func (e effectSet) total() int    { return len(e.PaymentIntents) + len(e.Emails) }
+func (e effectSet) any() bool     { return e.total() > 0 }
+func (e effectSet) charged() bool { return e.Charged+len(e.Emails) > 0 }
+func (e effectSet) String() string {
+	return fmt.Sprintf("payment intents %v, emails %v", e.PaymentIntents, e.Emails)
+}
+
+func (m *model) effects(id int64) effectSet {
+	var e effectSet
+	want := strconv.FormatInt(id, 10)
+	for _, pi := range m.env.stripe.PaymentIntents() {
+		if pi.Metadata[providers.MetadataIntentID] == want {
+			e.PaymentIntents = append(e.PaymentIntents, pi.ID+":"+pi.Status)
+			if pi.Status == "succeeded" {
+				e.Charged++
+			}
+		}
+	}
+	for _, em := range m.env.sendgrid.Emails() {
+		if em.CustomArgs[providers.MetadataIntentID] == want {
+			e.Emails = append(e.Emails, em.MessageID)
+		}
+	}
+	return e
+}
+
+// ---- invariants ----
+
+type modelRow struct {
+	ID           int64
+	Provider     string
+	State        intenttype.State
+	MayHaveActed bool
+	ProviderKey  string
+	Generation   int
+	AttemptsUsed int
+}
+
+type eventRow struct {
+	Intent int64
+	Actor  string
+	From   string
+	To     string
+	Reason string
+}
+
+func (m *model) check(t *rapid.T) {
+	ctx := context.Background()
+	rows, err := m.env.pool.Query(ctx, `SELECT id, provider, state, may_have_acted, coalesce(provider_key, ''), key_generation, attempt_count - budget_from FROM outbox_intents ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intentRows, err := pgx.CollectRows(rows, pgx.RowToStructByPos[modelRow])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err = m.env.pool.Query(ctx, `SELECT intent_id, actor, coalesce(from_state, ''), to_state, coalesce(reason, '') FROM outbox_events ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := pgx.CollectRows(rows, pgx.RowToStructByPos[eventRow])
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := m.callsSnapshot()
+	for _, r := range intentRows {
+		if msg := m.checkIntent(r, events, calls); msg != "" {
+			t.Fatalf("intent %d: %s\n%s", r.ID, msg, m.report(r.ID))
+		}
+	}
+}
+
+// silent reports whether an intent may move from a to b without an event:
+// a claim, a same-key retry, a take-over.
+func silent(a, b string) bool {
+	ps := func(s string) bool { return s == "pending" || s == "dispatching" }
+	return a == b || (ps(a) && ps(b))
+}
+
+func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) string {
+	eff := m.effects(r.ID)
+	if len(eff.PaymentIntents) > 1 || len(eff.Emails) > 1 {
+		return "two effects at the provider for one intent: " + eff.String()
+	}
+	switch r.State {
+	case intenttype.StateSucceeded:
+		if eff.total() != 1 || !eff.charged() {
+			return "succeeded, but the provider does not show exactly one effect: " + eff.String()
+		}
+	case intenttype.StateFailed:
+		if eff.charged() {
+			return "failed, but the provider performed it: " + eff.String()
+		}
+	case intenttype.StateCancelled:
+		if eff.any() {
+			return "cancelled, but the provider has it: " + eff.String()
+		}
+		for _, c := range calls {
+			if c.Intent == r.ID && c.Reaches && c.Key == r.ProviderKey {
+				return fmt.Sprintf("cancelled after a call under its current key that may have reached the provider (%s at %s)", c.Fault, c.At.Format(time.RFC3339))
+			}
+		}
+	}
+
+	// "May have acted" is sticky (invariant 3): once settled after a call
+	// under the current key that may have reached the provider, the row
+	// says so.
+	if r.State == intenttype.StatePending || r.State == intenttype.StateInDoubt {
+		for _, c := range calls {
+			if c.Intent == r.ID && c.Reaches && c.Key == r.ProviderKey && !r.MayHaveActed {
+				return fmt.Sprintf("%s with may_have_acted false after a call under its current key that may have reached the provider (%s %s)", r.State, c.Fault, c.Interrupt)
+			}
+		}
+	}
+
+	// Past the key window, never blind (invariant 8).
+	if r.Provider == "stripe" {
+		window := stripeprovider.DefaultKeyWindow - modelKeyMargin
+		for i, c := range calls {
+			if c.Intent != r.ID || !c.Sent {
+				continue
+			}
+			for _, e := range calls[:i] {
+				if e.Intent == r.ID && e.Key == c.Key && e.Reaches && c.At.Sub(c.KeyFirst) >= window {
+					return fmt.Sprintf("call %d under key %q went out %s after the key was first used, past the window (%s), after an earlier call that may have reached Stripe (%s)",
+						i, c.Key, c.At.Sub(c.KeyFirst).Round(time.Minute), window, e.Fault)
+				}
+			}
+		}
+	}
+
+	// Events: every change an edge of the diagram, chained.
+	prev := ""
+	n := 0
+	for _, e := range events {
+		if e.Intent != r.ID {
+			continue
+		}
+		n++
+		if n == 1 {
+			if e.From != "" || e.To != "pending" {
+				return fmt.Sprintf("first event is %q → %q, want recorded as pending", e.From, e.To)
+			}
+			prev = e.To
+			continue
+		}
+		by := intenttype.ActorDispatcher
+		if strings.HasPrefix(e.Actor, "operator") {
+			by = intenttype.ActorOperator
+		}
+		if !intenttype.CanTransition(intenttype.State(e.From), intenttype.State(e.To), by) {
+			return fmt.Sprintf("event %s → %s by %s (%q) is not in intenttype.Transitions", e.From, e.To, e.Actor, e.Reason)
+		}
+		if !silent(prev, e.From) {
+			return fmt.Sprintf("event %s → %s (%q) does not follow the previous state %s", e.From, e.To, e.Reason, prev)
+		}
+		if e.Reason == "attempts exhausted" && r.AttemptsUsed < modelMaxAttempts {
+			// An operator's resend is performed (invariant 5): the budget
+			// it granted is not spent by attempts made before it.
+			return fmt.Sprintf("failed as out of attempts with %d of %d used", r.AttemptsUsed, modelMaxAttempts)
+		}
+		prev = e.To
+	}
+	if n == 0 {
+		return "no events"
+	}
+	if !silent(prev, string(r.State)) {
+		return fmt.Sprintf("state %s, but the last event left it %s", r.State, prev)
+	}
+	return ""
+}
+
+// report renders everything about one intent, for a failure.
+func (m *model) report(id int64) string {
+	ctx := context.Background()
+	var b strings.Builder
+	b.WriteString("actions:\n")
+	for i, a := range m.actions {
+		fmt.Fprintf(&b, "  %2d. %s\n", i, a)
+	}
+	var row string
+	_ = m.env.pool.QueryRow(ctx, `SELECT row_to_json(i)::text FROM (SELECT id, kind, state, attempt_count, budget_from, may_have_acted, claimed_attempt,
+        provider_key, key_generation, key_first_used_at, recheck_count, recheck_at, provider_ref, last_error FROM outbox_intents WHERE id = $1) i`, id).Scan(&row)
+	fmt.Fprintf(&b, "intent %d: %s\n", id, row)
+	if rows, err := m.env.pool.Query(ctx, `SELECT row_to_json(a)::text FROM (SELECT attempt, started_at, finished_at, outcome, http_status, provider_ref, replayed, error FROM outbox_attempts WHERE intent_id = $1 ORDER BY attempt) a`, id); err == nil {
+		list, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		b.WriteString("attempts:\n")
+		for _, a := range list {
+			b.WriteString("  " + a + "\n")
+		}
+	}
+	if rows, err := m.env.pool.Query(ctx, `SELECT actor || ': ' || coalesce(from_state, '-') || ' → ' || to_state || ' (' || coalesce(reason, '') || ')' FROM outbox_events WHERE intent_id = $1 ORDER BY id`, id); err == nil {
+		list, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		b.WriteString("events:\n")
+		for _, e := range list {
+			b.WriteString("  " + e + "\n")
+		}
+	}
+	b.WriteString("provider calls:\n")
+	for _, c := range m.callsSnapshot() {
+		if c.Intent == id {
+			fmt.Fprintf(&b, "  key=%s first_used=%s at=%s fault=%s %s sent=%t may_reach=%t outcome=%s\n",
+				c.Key, c.KeyFirst.Format(time.RFC3339), c.At.Format(time.RFC3339), c.Fault, c.Interrupt, c.Sent, c.Reaches, c.Outcome)
+		}
+	}
+	fmt.Fprintf(&b, "provider records: %s\n", m.effects(id))
+	return b.String()
+}

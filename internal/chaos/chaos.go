@@ -66,9 +66,32 @@ const (
 	DefaultBackendKillShare = 0.2
 	DefaultFaultRate        = 0.2
 	DefaultCallTimeout      = 2 * time.Second
-	DefaultMaxAttempts      = 25
+	DefaultMaxAttempts      = 8
 	DefaultDrainTimeout     = 3 * time.Minute
+	DefaultForeignObjects   = 40
+	DefaultStorms           = 2
+	DefaultStormLength      = 6 * time.Second
+	DefaultOperatorEvery    = 300 * time.Millisecond
 )
+
+// ForeignNamespace is the namespace of the other deployment whose
+// PaymentIntents the Stripe double holds before the run.
+const ForeignNamespace = "otherdeployment0"
+
+// The fleet's look-ups of in_doubt intents: soon and often enough to happen
+// within the drain (1s, 2s, 4s after the verdict), then the intent waits
+// for an operator.
+const (
+	fleetRecheckDelay    = time.Second
+	fleetMaxRechecks     = 3
+	fleetRecheckInterval = time.Second
+)
+
+// absenceSettleTime is the fleet's --absence-settle-time: longer than any
+// request the doubles may still hold (DelayFor), twice over.
+func absenceSettleTime(callTimeout time.Duration) time.Duration {
+	return 2*DelayFor(callTimeout) + 2*time.Second
+}
 
 // Config configures a Run.
 type Config struct {
@@ -113,8 +136,23 @@ type Config struct {
 	// seconds. Defaults to DefaultCallTimeout.
 	CallTimeout time.Duration
 	// MaxAttempts is the dispatchers' --max-attempts. Defaults to
-	// DefaultMaxAttempts.
+	// DefaultMaxAttempts, low enough for a 503 storm to exhaust it.
 	MaxAttempts int
+	// ForeignObjects is how many PaymentIntents of another deployment
+	// (ForeignNamespace) the Stripe double holds before the run, each with
+	// the intent id, message id, amount and customer one of the run's
+	// payments will have, and its outbox_key. Defaults to
+	// DefaultForeignObjects; negative means none.
+	ForeignObjects int
+	// Storms is how many times during the chaos the Stripe double answers
+	// every payment with a 503 for StormLength, at random times. Defaults
+	// to DefaultStorms and DefaultStormLength; negative means none.
+	Storms      int
+	StormLength time.Duration
+	// OperatorEvery is the mean time between two operator actions (cancel,
+	// resend, resolve) on random intents during the chaos. Defaults to
+	// DefaultOperatorEvery; negative means none.
+	OperatorEvery time.Duration
 	// DrainTimeout bounds the drain after the chaos. Defaults to
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -159,6 +197,29 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		return nil
 	}
+	for _, n := range []struct {
+		v   *int
+		def int
+	}{{&c.ForeignObjects, DefaultForeignObjects}, {&c.Storms, DefaultStorms}} {
+		switch {
+		case *n.v == 0:
+			*n.v = n.def
+		case *n.v < 0:
+			*n.v = 0
+		}
+	}
+	switch {
+	case c.OperatorEvery == 0:
+		c.OperatorEvery = DefaultOperatorEvery
+	case c.OperatorEvery < 0:
+		c.OperatorEvery = 0
+	}
+	if c.StormLength < 0 {
+		return c, fmt.Errorf("chaos: Config.StormLength must not be negative, got %s", c.StormLength)
+	}
+	if c.StormLength == 0 {
+		c.StormLength = DefaultStormLength
+	}
 	for _, d := range []struct {
 		name string
 		v    *time.Duration
@@ -186,6 +247,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Messages < 1 || c.Messages > 1_000_000 {
 		return c, fmt.Errorf("chaos: Config.Messages must be between 1 and 1000000, got %d", c.Messages)
 	}
+	c.ForeignObjects = min(c.ForeignObjects, c.Messages)
 	ints := []struct {
 		name     string
 		v        *int
@@ -245,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: Config.DatabaseURL: %w", err)
 	}
-	poolCfg.MaxConns = int32(cfg.Consumers + 2)
+	poolCfg.MaxConns = int32(cfg.Consumers + 3)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: connect: %w", err)
@@ -271,6 +333,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rnd := rand.New(rand.NewPCG(cfg.Seed, 1))
+	drv := newDriver(client, cfg.Messages, rnd)
+
+	// Another deployment's PaymentIntents, then the faults.
+	if rep.ForeignObjects, err = createForeign(ctx, pool, doubles.addrs, drv.msgs[:cfg.ForeignObjects]); err != nil {
+		return nil, err
+	}
+	if err := postControl(ctx, doubles.addrs.StripeURL+StartPath); err != nil {
+		return nil, err
+	}
 
 	runEnv := append(env,
 		"DATABASE_URL="+cfg.DatabaseURL,
@@ -284,8 +356,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	rnd := rand.New(rand.NewPCG(cfg.Seed, 1))
-	drv := newDriver(client, cfg.Messages, rnd)
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	drv.run(runCtx, float64(cfg.Messages)/cfg.Duration.Seconds(), cfg.Consumers, cfg.Seed)
@@ -296,7 +366,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var chaosWG sync.WaitGroup
 	var killErr error
 	var backend backendKiller
-	chaosWG.Add(2)
+	op := newOperator(pool, registry, doubles.addrs, cfg.CallTimeout, cfg.Logger)
+	chaosWG.Add(4)
+	go func() {
+		defer chaosWG.Done()
+		storms(chaosCtx, doubles.addrs, cfg.Storms, cfg.StormLength, cfg.Duration, rand.New(rand.NewPCG(cfg.Seed, 4)), cfg.Logger)
+	}()
+	go func() {
+		defer chaosWG.Done()
+		op.run(chaosCtx, cfg.OperatorEvery, rand.New(rand.NewPCG(cfg.Seed, 5)))
+	}()
 	go func() {
 		defer chaosWG.Done()
 		killErr = killDispatchers(chaosCtx, fl, cfg.KillEvery, rand.New(rand.NewPCG(cfg.Seed, 2)))
@@ -354,6 +433,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.CrashRedeliveries = int(drv.crashes.Load())
 	rep.Nacks = int(drv.nacked.Load())
 	rep.DuplicatesAbsorbed = int(drv.absorbed.Load())
+	rep.OperatorActions = op.counts()
+	for _, m := range drv.msgs {
+		if strings.ContainsAny(m.id, ":%~") {
+			rep.HostileIDs++
+		}
+		if len(m.id) == intents.MaxMessageIDLength {
+			rep.MaxLengthIDs++
+		}
+		if m.consumer == LongConsumerName {
+			rep.LongConsumerMessages++
+		}
+	}
 	if drainErr != nil {
 		rep.TotalSeconds = time.Since(started).Seconds()
 		return rep, drainErr
@@ -389,6 +480,10 @@ func dispatcherArgs(cfg Config, grace time.Duration) []string {
 		"--retry-backoff-max", "1s",
 		"--fetch-cooldown", "20ms",
 		"--sweep-interval", "5s",
+		"--recheck-delay", fleetRecheckDelay.String(),
+		"--max-rechecks", strconv.Itoa(fleetMaxRechecks),
+		"--recheck-interval", fleetRecheckInterval.String(),
+		"--absence-settle-time", absenceSettleTime(cfg.CallTimeout).String(),
 		"--shutdown-grace", grace.String(),
 		"--log-format", "json",
 	}
@@ -505,7 +600,8 @@ func startDoubles(ctx context.Context, cfg Config, env []string) (*doublesProces
 	cmd := exec.Command(cfg.Binary, "chaos", "--serve-doubles",
 		"--seed", strconv.FormatUint(cfg.Seed, 10),
 		"--fault-rate", strconv.FormatFloat(max(cfg.FaultRate, 0), 'g', -1, 64),
-		"--call-timeout", cfg.CallTimeout.String())
+		"--call-timeout", cfg.CallTimeout.String(),
+		"--hold-faults")
 	cmd.Env = env
 	p := &doublesProcess{cmd: cmd, done: make(chan struct{}), out: newTail(64 << 10)}
 	var errOut io.Writer = p.out

@@ -117,6 +117,32 @@ func TestChaosBounded(t *testing.T) {
 	if rep.Succeeded == 0 || rep.Payments == 0 || rep.Emails == 0 {
 		t.Errorf("nothing succeeded: %+v", rep)
 	}
+	// The edges must have been provoked, or their checks prove nothing.
+	if rep.HostileIDs == 0 || rep.MaxLengthIDs == 0 || rep.LongConsumerMessages == 0 {
+		t.Errorf("%d hostile ids, %d ids of the maximum length, %d messages to the long consumer: the key derivation was not exercised",
+			rep.HostileIDs, rep.MaxLengthIDs, rep.LongConsumerMessages)
+	}
+	if rep.ForeignObjects == 0 || rep.ForeignAtDouble != rep.ForeignObjects {
+		t.Errorf("another deployment's PaymentIntents: %d created, %d at the double", rep.ForeignObjects, rep.ForeignAtDouble)
+	}
+	if rep.StormAnswered == 0 || rep.FailedBudget == 0 {
+		t.Errorf("503 storms answered %d payments and exhausted %d budgets: the storms were too short to prove anything", rep.StormAnswered, rep.FailedBudget)
+	}
+	done, refused := 0, 0
+	for k, n := range rep.OperatorActions {
+		switch {
+		case strings.HasSuffix(k, " done"):
+			done += n
+		case strings.HasSuffix(k, " refused"):
+			refused += n
+		}
+	}
+	if done == 0 || refused == 0 {
+		t.Errorf("operator actions %v: none carried out or none refused", rep.OperatorActions)
+	}
+	if rep.InDoubtRecheckScheduled != 0 {
+		t.Errorf("%d in_doubt intents still had a look-up scheduled after the drain", rep.InDoubtRecheckScheduled)
+	}
 }
 
 func lastBytes(b []byte, n int) string {

@@ -38,6 +38,85 @@ type DoublesConfig struct {
 	// double acted; the suite makes it longer than the dispatcher's call
 	// timeout, so the call times out. Required when FaultRate > 0.
 	DelayFor time.Duration
+	// HoldFaults keeps the faults off until POST StartPath, so that the
+	// suite can first create another deployment's objects in the Stripe
+	// double without drawing from the seeded faults.
+	HoldFaults bool
+}
+
+// Control endpoints of the doubles' process, on the Stripe double's
+// listener.
+const (
+	// StartPath (POST) turns the faults on when DoublesConfig.HoldFaults.
+	StartPath = "/_chaos/start"
+	// StormPath (POST ?for=DURATION) makes the Stripe double answer every
+	// payment with a 503 (fault.ErrorBefore, nothing created) for that long;
+	// GET returns StormStats.
+	StormPath = "/_chaos/storm"
+	// PaymentIntentsPath (GET) lists every PaymentIntent the Stripe double
+	// holds, as []StripeObject.
+	PaymentIntentsPath = "/_chaos/payment_intents"
+)
+
+// StormStats counts the 503 storms and the requests they answered.
+type StormStats struct {
+	Storms   int `json:"storms"`
+	Answered int `json:"answered"`
+}
+
+// StripeObject is one PaymentIntent at the Stripe double, as the suite
+// judges it: whose it is (metadata) and what it charged.
+type StripeObject struct {
+	ID       string            `json:"id"`
+	Amount   int64             `json:"amount"`
+	Status   string            `json:"status"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// storm answers every effect-causing request with a 503 before the double
+// acts while a storm lasts.
+type storm struct {
+	faults *fault.Injector
+	mu     sync.Mutex
+	until  time.Time
+	stats  StormStats
+}
+
+func (st *storm) wrap(next http.Handler, effectPath string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == StormPath && r.Method == http.MethodPost:
+			d, err := time.ParseDuration(r.URL.Query().Get("for"))
+			if err != nil || d <= 0 || d > time.Minute {
+				http.Error(w, "for: a duration up to 1m", http.StatusBadRequest)
+				return
+			}
+			st.mu.Lock()
+			st.until = time.Now().Add(d)
+			st.stats.Storms++
+			st.mu.Unlock()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		case r.URL.Path == StormPath && r.Method == http.MethodGet:
+			st.mu.Lock()
+			stats := st.stats
+			st.mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(stats)
+			return
+		case r.URL.Path == effectPath && r.Method == http.MethodPost:
+			st.mu.Lock()
+			on := time.Now().Before(st.until)
+			if on {
+				st.stats.Answered++
+				// Drawn by this very request: the double draws one fault
+				// per payment, queued faults first.
+				st.faults.Push(fault.Fault{Kind: fault.ErrorBefore, Status: http.StatusServiceUnavailable})
+			}
+			st.mu.Unlock()
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Shares of DoublesConfig.FaultRate by fault kind: lost responses after
@@ -221,10 +300,20 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 		RetryAfter:   time.Second,
 	}
 	stripeFaults, sendgridFaults := fault.New(cfg.Seed), fault.New(cfg.Seed+1)
-	for _, f := range []*fault.Injector{stripeFaults, sendgridFaults} {
-		if err := f.SetRates(rates); err != nil {
-			return fmt.Errorf("chaos: fault rates: %w", err)
+	startFaults := func() error {
+		for _, f := range []*fault.Injector{stripeFaults, sendgridFaults} {
+			if err := f.SetRates(rates); err != nil {
+				return fmt.Errorf("chaos: fault rates: %w", err)
+			}
 		}
+		return nil
+	}
+	if !cfg.HoldFaults {
+		if err := startFaults(); err != nil {
+			return err
+		}
+	} else if err := fault.New(0).SetRates(rates); err != nil {
+		return fmt.Errorf("chaos: fault rates: %w", err)
 	}
 	stripe, err := stripedouble.NewServer(stripedouble.Config{Faults: stripeFaults})
 	if err != nil {
@@ -238,7 +327,29 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 	defer sendgrid.Close()
 
 	var stripeWire, sendgridWire wireLog
-	stripeSrv, stripeURL, err := serve(recordWire(stripe.Handler(), "/v1/payment_intents", stripeIntentID, &stripeWire))
+	st := &storm{faults: stripeFaults}
+	var startOnce sync.Once
+	control := http.NewServeMux()
+	control.Handle("/", st.wrap(stripe.Handler(), "/v1/payment_intents"))
+	control.HandleFunc("POST "+StartPath, func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		startOnce.Do(func() { err = startFaults() })
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	control.HandleFunc("GET "+PaymentIntentsPath, func(w http.ResponseWriter, r *http.Request) {
+		pis := stripe.PaymentIntents()
+		out := make([]StripeObject, len(pis))
+		for i, pi := range pis {
+			out[i] = StripeObject{ID: pi.ID, Amount: pi.Amount, Status: pi.Status, Metadata: pi.Metadata}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	stripeSrv, stripeURL, err := serve(recordWire(control, "/v1/payment_intents", stripeIntentID, &stripeWire))
 	if err != nil {
 		return err
 	}

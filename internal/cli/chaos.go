@@ -51,6 +51,7 @@ Use a long --duration (e.g. 10m) for a soak.`, env)
 	logDir := fs.String("log-dir", "", "directory to write every process's output to (dispatcher-N.log, doubles.log)")
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout (progress still goes to stderr)")
 	serveDoubles := fs.Bool("serve-doubles", false, "internal: serve the suite's doubles (uses --seed, --fault-rate, --call-timeout), print their addresses as JSON, and wait for SIGTERM")
+	holdFaults := fs.Bool("hold-faults", false, "internal: with --serve-doubles, inject no fault until the suite posts to "+chaos.StartPath)
 	var logs logFlags
 	logs.register(fs)
 	logs.level = "warn"
@@ -66,7 +67,7 @@ Use a long --duration (e.g. 10m) for a soak.`, env)
 	if *serveDoubles {
 		ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		return chaos.ServeDoubles(ctx, chaos.DoublesConfig{Seed: *seed, FaultRate: *faultRate, DelayFor: chaos.DelayFor(*callTimeout)},
+		return chaos.ServeDoubles(ctx, chaos.DoublesConfig{Seed: *seed, FaultRate: *faultRate, DelayFor: chaos.DelayFor(*callTimeout), HoldFaults: *holdFaults},
 			func(a chaos.DoublesAddrs) { _ = json.NewEncoder(env.Stdout).Encode(a) })
 	}
 	for name, d := range map[string]time.Duration{"duration": *duration, "kill-every": *killEvery, "backend-kill-every": *backendKillEvery, "drain-timeout": *drainTimeout} {

@@ -66,13 +66,15 @@ const (
 	DefaultBackendKillShare = 0.2
 	DefaultFaultRate        = 0.2
 	DefaultCallTimeout      = 2 * time.Second
-	DefaultMaxAttempts      = 8
+	DefaultMaxAttempts      = 5
 	DefaultDrainTimeout     = 3 * time.Minute
-	DefaultForeignObjects   = 40
 	DefaultStorms           = 2
 	DefaultStormLength      = 6 * time.Second
 	DefaultOperatorEvery    = 300 * time.Millisecond
 )
+
+// maxDefaultForeign bounds Config.ForeignObjects' default.
+const maxDefaultForeign = 500
 
 // ForeignNamespace is the namespace of the other deployment whose
 // PaymentIntents the Stripe double holds before the run.
@@ -139,10 +141,12 @@ type Config struct {
 	// DefaultMaxAttempts, low enough for a 503 storm to exhaust it.
 	MaxAttempts int
 	// ForeignObjects is how many PaymentIntents of another deployment
-	// (ForeignNamespace) the Stripe double holds before the run, each with
-	// the intent id, message id, amount and customer one of the run's
-	// payments will have, and its outbox_key. Defaults to
-	// DefaultForeignObjects; negative means none.
+	// (ForeignNamespace) the Stripe double holds before the run (see
+	// createForeign): intent ids 1 to ForeignObjects, each with the
+	// message id, amount, customer and outbox_key of one of the run's
+	// payments. Defaults to twice Messages plus ten, so that every intent
+	// of the run meets one with its id, but at most 500 (a Stripe listing
+	// that proves absence reads them too); negative means none.
 	ForeignObjects int
 	// Storms is how many times during the chaos the Stripe double answers
 	// every payment with a 503 for StormLength, at random times. Defaults
@@ -200,7 +204,7 @@ func (c Config) withDefaults() (Config, error) {
 	for _, n := range []struct {
 		v   *int
 		def int
-	}{{&c.ForeignObjects, DefaultForeignObjects}, {&c.Storms, DefaultStorms}} {
+	}{{&c.Storms, DefaultStorms}} {
 		switch {
 		case *n.v == 0:
 			*n.v = n.def
@@ -247,7 +251,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Messages < 1 || c.Messages > 1_000_000 {
 		return c, fmt.Errorf("chaos: Config.Messages must be between 1 and 1000000, got %d", c.Messages)
 	}
-	c.ForeignObjects = min(c.ForeignObjects, c.Messages)
+	switch {
+	case c.ForeignObjects == 0:
+		c.ForeignObjects = min(2*c.Messages+10, maxDefaultForeign)
+	case c.ForeignObjects < 0:
+		c.ForeignObjects = 0
+	case c.ForeignObjects > 2_000_000:
+		return c, fmt.Errorf("chaos: Config.ForeignObjects must be at most 2000000, got %d", c.ForeignObjects)
+	}
 	ints := []struct {
 		name     string
 		v        *int
@@ -337,7 +348,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	drv := newDriver(client, cfg.Messages, rnd)
 
 	// Another deployment's PaymentIntents, then the faults.
-	if rep.ForeignObjects, err = createForeign(ctx, pool, doubles.addrs, drv.msgs[:cfg.ForeignObjects]); err != nil {
+	if rep.ForeignObjects, err = createForeign(ctx, pool, doubles.addrs, drv.msgs, cfg.ForeignObjects); err != nil {
 		return nil, err
 	}
 	if err := postControl(ctx, doubles.addrs.StripeURL+StartPath); err != nil {
@@ -433,7 +444,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.CrashRedeliveries = int(drv.crashes.Load())
 	rep.Nacks = int(drv.nacked.Load())
 	rep.DuplicatesAbsorbed = int(drv.absorbed.Load())
-	rep.OperatorActions = op.counts()
+	rep.OperatorActions, rep.OperatorErrors = op.counts(), op.errors()
 	for _, m := range drv.msgs {
 		if strings.ContainsAny(m.id, ":%~") {
 			rep.HostileIDs++

@@ -41,27 +41,28 @@ func postControl(ctx context.Context, u string) error {
 	return nil
 }
 
-// createForeign creates, before the run and with the faults still off, one
-// PaymentIntent of another deployment (ForeignNamespace) per message in
-// msgs: the same amount, customer and message id as the payment the run
-// will record for it, the intent id that payment is likely to get (row ids
-// repeat across databases), and as outbox_key the very key this
-// deployment's payment will be sent under. Only the namespace tells them
-// apart. It returns how many it created.
-func createForeign(ctx context.Context, pool *pgxpool.Pool, a DoublesAddrs, msgs []message) (int, error) {
-	if len(msgs) == 0 {
+// createForeign creates, before the run and with the faults still off, n
+// PaymentIntents of another deployment (ForeignNamespace) with the intent
+// ids 1 to n (row ids repeat across databases, so every intent of the run
+// meets one with its own id), each with the amount, customer and message
+// id of one of the run's payments and, as outbox_key, the very key this
+// deployment's payment for that message will be sent under. Only the
+// namespace tells them apart. It returns how many it created.
+func createForeign(ctx context.Context, pool *pgxpool.Pool, a DoublesAddrs, msgs []message, n int) (int, error) {
+	if n == 0 || len(msgs) == 0 {
 		return 0, nil
 	}
 	var ns string
 	if err := pool.QueryRow(ctx, namespaceSQL).Scan(&ns); err != nil {
 		return 0, fmt.Errorf("chaos: read the namespace: %w", err)
 	}
-	for i, m := range msgs {
+	for i := range n {
+		m := msgs[(i/2)%len(msgs)]
 		key := intenttype.MessageKey(m.consumer, m.id, "payment")
 		form := url.Values{
 			"amount": {strconv.Itoa(m.amount)}, "currency": {"usd"}, "customer": {"cus_chaos"},
 			"payment_method": {"pm_card_visa"}, "confirm": {"true"},
-			"metadata[" + stripeprovider.IntentIDMetadataKey + "]": {strconv.Itoa(2*i + 1)},
+			"metadata[" + stripeprovider.IntentIDMetadataKey + "]": {strconv.Itoa(i + 1)},
 			"metadata[message_id]":                                 {m.id},
 			"metadata[" + providers.MetadataNamespace + "]":        {ForeignNamespace},
 			"metadata[" + providers.MetadataKey + "]":              {intenttype.ProviderKey(ns, 0, key, stripeprovider.MaxKeyLength)},
@@ -72,7 +73,7 @@ func createForeign(ctx context.Context, pool *pgxpool.Pool, a DoublesAddrs, msgs
 		}
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Authorization", "Bearer "+stripedouble.DefaultAPIKey)
-		req.Header.Set("Idempotency-Key", intenttype.ProviderKey(ForeignNamespace, 0, key, stripeprovider.MaxKeyLength))
+		req.Header.Set("Idempotency-Key", intenttype.ProviderKey(ForeignNamespace, 0, key+"/"+strconv.Itoa(i), stripeprovider.MaxKeyLength))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return i, fmt.Errorf("chaos: create another deployment's PaymentIntent: %w", err)
@@ -82,7 +83,7 @@ func createForeign(ctx context.Context, pool *pgxpool.Pool, a DoublesAddrs, msgs
 			return i, fmt.Errorf("chaos: create another deployment's PaymentIntent: %s", resp.Status)
 		}
 	}
-	return len(msgs), nil
+	return n, nil
 }
 
 // storms starts n 503 storms of length each at the Stripe double, at random
@@ -128,8 +129,9 @@ type operator struct {
 	quiet  time.Duration
 	logger *slog.Logger
 
-	mu sync.Mutex
-	n  map[string]int
+	mu   sync.Mutex
+	n    map[string]int
+	errs []string // the first few errors that were not refusals
 }
 
 func newOperator(pool *pgxpool.Pool, reg *providers.Registry, a DoublesAddrs, callTimeout time.Duration, logger *slog.Logger) *operator {
@@ -168,6 +170,11 @@ func (o *operator) run(ctx context.Context, every time.Duration, rnd *rand.Rand)
 			return
 		default:
 			o.count(action + " error")
+			o.mu.Lock()
+			if len(o.errs) < 5 {
+				o.errs = append(o.errs, action+": "+err.Error())
+			}
+			o.mu.Unlock()
 			o.logger.Warn("operator", "action", action, "error", err)
 		}
 	}
@@ -266,6 +273,12 @@ func (o *operator) count(k string) {
 	o.mu.Lock()
 	o.n[k]++
 	o.mu.Unlock()
+}
+
+func (o *operator) errors() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.errs...)
 }
 
 func (o *operator) counts() map[string]int {

@@ -91,7 +91,7 @@ type Report struct {
 	// 503 during a storm. FailedBudget counts the intents that failed with
 	// their attempt budget spent and nothing that may have acted;
 	// BudgetSpentMayHaveActed the intents that spent it after an attempt
-	// that may have acted (none may end failed).
+	// that may have acted (a 503 may have: none of them may end failed).
 	StormAnswered           int `json:"storm_answered"`
 	FailedBudget            int `json:"failed_budget"`
 	BudgetSpentMayHaveActed int `json:"budget_spent_may_have_acted"`
@@ -99,10 +99,13 @@ type Report struct {
 	// OperatorActions counts the operator's actions by outcome ("cancel
 	// done", "resend refused"); Cancelled, ResolvedSucceeded and
 	// ResolvedFailed the intents an operator left in that state.
-	OperatorActions   map[string]int `json:"operator_actions"`
-	Cancelled         int            `json:"cancelled"`
-	ResolvedSucceeded int            `json:"resolved_succeeded"`
-	ResolvedFailed    int            `json:"resolved_failed"`
+	OperatorActions map[string]int `json:"operator_actions"`
+	// OperatorErrors are the first few operator errors other than refusals
+	// (typically a connection the chaos terminated).
+	OperatorErrors    []string `json:"operator_errors,omitempty"`
+	Cancelled         int      `json:"cancelled"`
+	ResolvedSucceeded int      `json:"resolved_succeeded"`
+	ResolvedFailed    int      `json:"resolved_failed"`
 
 	// InDoubtSettledByLookUp counts the in_doubt intents a dispatcher's
 	// later look-up settled (events from in_doubt by the dispatcher), of
@@ -166,6 +169,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	sort.Strings(ops)
 	for _, k := range ops {
 		row("operator "+k, r.OperatorActions[k])
+	}
+	for _, e := range r.OperatorErrors {
+		row("  operator error", e)
 	}
 	row("provider replays", r.Replays)
 	row("reconciled after ambiguity", r.Reconciled)

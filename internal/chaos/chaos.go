@@ -355,7 +355,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	runEnv := append(env,
+	// The dispatchers trust the SendGrid double's certificate, and nothing
+	// else: they call no other TLS server.
+	certFile, err := writeCert(doubles.addrs.SendGridCertPEM)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(certFile)
+	runEnv := append(env, "SSL_CERT_FILE="+certFile, "SSL_CERT_DIR=",
 		"DATABASE_URL="+cfg.DatabaseURL,
 		"STRIPE_API_KEY="+stripedouble.DefaultAPIKey, "STRIPE_API_BASE="+doubles.addrs.StripeURL,
 		"SENDGRID_API_KEY="+sendgriddouble.DefaultAPIKey, "SENDGRID_API_BASE="+doubles.addrs.SendGridURL,
@@ -501,11 +508,12 @@ func dispatcherArgs(cfg Config, grace time.Duration) []string {
 }
 
 // childEnv is this process's environment without OUTBOXD_ settings, so the
-// children run with exactly the flags the suite gives them.
+// children run with exactly the flags the suite gives them, and without
+// SSL_CERT_ settings, which the suite sets for the dispatchers.
 func childEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OUTBOXD_") {
+		if !strings.HasPrefix(kv, "OUTBOXD_") && !strings.HasPrefix(kv, "SSL_CERT_") {
 			env = append(env, kv)
 		}
 	}
@@ -612,7 +620,7 @@ func startDoubles(ctx context.Context, cfg Config, env []string) (*doublesProces
 		"--seed", strconv.FormatUint(cfg.Seed, 10),
 		"--fault-rate", strconv.FormatFloat(max(cfg.FaultRate, 0), 'g', -1, 64),
 		"--call-timeout", cfg.CallTimeout.String(),
-		"--hold-faults")
+		"--hold-faults", "--sendgrid-tls")
 	cmd.Env = env
 	p := &doublesProcess{cmd: cmd, done: make(chan struct{}), out: newTail(64 << 10)}
 	var errOut io.Writer = p.out
@@ -672,6 +680,24 @@ func (p *doublesProcess) stop() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// writeCert writes a PEM certificate to a temporary file and returns its
+// name.
+func writeCert(certPEM string) (string, error) {
+	if certPEM == "" {
+		return "", errors.New("chaos: the doubles' process gave no certificate for the SendGrid double")
+	}
+	f, err := os.CreateTemp("", "chaos-sendgrid-*.pem")
+	if err != nil {
+		return "", fmt.Errorf("chaos: certificate file: %w", err)
+	}
+	if _, err := f.WriteString(certPEM); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", fmt.Errorf("chaos: certificate file: %w", err)
+	}
+	return f.Name(), f.Close()
 }
 
 // getJSON fetches url into v.

@@ -261,7 +261,7 @@ func (o *operator) effectsAt(ctx context.Context, kind string, id int64) (int, e
 		var st struct {
 			EffectsByIntent map[string]int `json:"effects_by_intent"`
 		}
-		if err := getJSON(ctx, o.addrs.SendGridURL+"/_double/stats", &st); err != nil {
+		if err := getJSON(ctx, o.addrs.SendGridControlURL+"/_double/stats", &st); err != nil {
 			return 0, err
 		}
 		return st.EffectsByIntent[strconv.FormatInt(id, 10)], nil

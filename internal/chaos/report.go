@@ -92,7 +92,12 @@ type Report struct {
 	// their attempt budget spent and nothing that may have acted;
 	// BudgetSpentMayHaveActed the intents that spent it after an attempt
 	// that may have acted (a 503 may have: none of them may end failed).
-	StormAnswered           int `json:"storm_answered"`
+	StormAnswered int `json:"storm_answered"`
+	// SendGridHTTP2 counts the emails that reached the SendGrid double
+	// over HTTP/2; StreamResets those whose stream it reset after
+	// accepting them.
+	SendGridHTTP2           int `json:"sendgrid_http2"`
+	StreamResets            int `json:"stream_resets"`
 	FailedBudget            int `json:"failed_budget"`
 	BudgetSpentMayHaveActed int `json:"budget_spent_may_have_acted"`
 
@@ -162,6 +167,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("effects", fmt.Sprintf("%d payments at the Stripe double, %d emails at the SendGrid double", r.Payments, r.Emails))
 	row("another deployment's PaymentIntents", fmt.Sprintf("%d created before the run, %d at the double after it, %d adopted", r.ForeignObjects, r.ForeignAtDouble, r.AdoptedForeign))
 	row("503 storms", fmt.Sprintf("%d payments answered 503; %d intents failed with their budget spent and nothing that may have acted; %d spent it after an attempt that may have acted", r.StormAnswered, r.FailedBudget, r.BudgetSpentMayHaveActed))
+	row("SendGrid over HTTP/2", fmt.Sprintf("%d emails, %d streams reset after the double accepted the email", r.SendGridHTTP2, r.StreamResets))
 	ops := make([]string, 0, len(r.OperatorActions))
 	for k := range r.OperatorActions {
 		ops = append(ops, k)

@@ -37,6 +37,9 @@ const (
 	// double answered this intent only after the call timeout, or that the
 	// client had gone by then.
 	WhySlowResponse = "response slower than the call timeout"
+	// WhyStreamReset: the attempt lost its answer, and the wire log shows
+	// the double reset the request's HTTP/2 stream after acting.
+	WhyStreamReset = "stream reset after the provider acted"
 	// WhyDiedDuringCall: the attempt's write-ahead was found open, and a
 	// dispatcher process died (SIGKILL, or an exit of its own) between the
 	// attempt's start and the moment it was found open, or a database
@@ -60,6 +63,7 @@ type evidence struct {
 	stripeObjs   []StripeObject                    // every PaymentIntent at the Stripe double, the other deployment's included
 	ourStripe    map[string]int                    // this deployment's PaymentIntents by intent id
 	storm        StormStats
+	resets       ResetStats
 	deaths       []time.Time // dispatcher processes reaped after SIGKILL or an exit of their own, sorted
 	terminations []time.Time // backend termination rounds that terminated something, sorted
 }
@@ -70,7 +74,7 @@ func collect(ctx context.Context, a DoublesAddrs, deaths, terminations []time.Ti
 	if err := getJSON(ctx, a.StripeURL+"/_double/stats", &ev.stripe); err != nil {
 		return nil, err
 	}
-	if err := getJSON(ctx, a.SendGridURL+"/_double/stats", &ev.sendgrid); err != nil {
+	if err := getJSON(ctx, a.SendGridControlURL+"/_double/stats", &ev.sendgrid); err != nil {
 		return nil, err
 	}
 	objs, err := stripeObjects(ctx, a)
@@ -81,7 +85,10 @@ func collect(ctx context.Context, a DoublesAddrs, deaths, terminations []time.Ti
 	if err := getJSON(ctx, a.StripeURL+StormPath, &ev.storm); err != nil {
 		return nil, err
 	}
-	for kind, url := range map[string]string{stripeprovider.KindPaymentIntent: a.StripeURL, sendgridprovider.KindEmail: a.SendGridURL} {
+	if err := getJSON(ctx, a.SendGridControlURL+ResetsPath, &ev.resets); err != nil {
+		return nil, err
+	}
+	for kind, url := range map[string]string{stripeprovider.KindPaymentIntent: a.StripeURL, sendgridprovider.KindEmail: a.SendGridControlURL} {
 		var recs []WireRecord
 		if err := getJSON(ctx, url+WirePath, &recs); err != nil {
 			return nil, err
@@ -178,6 +185,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	rep.Emails = ev.sendgrid.Emails
 	rep.Replays = ev.stripe.Replays
 	rep.StormAnswered = ev.storm.Answered
+	rep.StreamResets, rep.SendGridHTTP2 = ev.resets.Resets, ev.resets.HTTP2
 	rep.FaultsInjected = map[string]int{}
 	for k, n := range ev.stripe.Faults {
 		rep.FaultsInjected["stripe "+string(k)] = n
@@ -368,7 +376,9 @@ func explainInDoubt(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evi
 		default:
 			for _, w := range wire {
 				switch {
-				case w.Dropped:
+				case w.Reset:
+					why = WhyStreamReset
+				case w.Dropped && why != WhyStreamReset:
 					why = WhyLostResponse
 				case why == "" && w.Ambiguous(cfg.CallTimeout):
 					why = WhySlowResponse

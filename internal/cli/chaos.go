@@ -52,6 +52,7 @@ Use a long --duration (e.g. 10m) for a soak.`, env)
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout (progress still goes to stderr)")
 	serveDoubles := fs.Bool("serve-doubles", false, "internal: serve the suite's doubles (uses --seed, --fault-rate, --call-timeout), print their addresses as JSON, and wait for SIGTERM")
 	holdFaults := fs.Bool("hold-faults", false, "internal: with --serve-doubles, inject no fault until the suite posts to "+chaos.StartPath)
+	sendgridTLS := fs.Bool("sendgrid-tls", false, "internal: with --serve-doubles, serve the SendGrid double over TLS and HTTP/2 (self-signed) and reset some streams after accepting the email")
 	var logs logFlags
 	logs.register(fs)
 	logs.level = "warn"
@@ -67,7 +68,7 @@ Use a long --duration (e.g. 10m) for a soak.`, env)
 	if *serveDoubles {
 		ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		return chaos.ServeDoubles(ctx, chaos.DoublesConfig{Seed: *seed, FaultRate: *faultRate, DelayFor: chaos.DelayFor(*callTimeout), HoldFaults: *holdFaults},
+		return chaos.ServeDoubles(ctx, chaos.DoublesConfig{Seed: *seed, FaultRate: *faultRate, DelayFor: chaos.DelayFor(*callTimeout), HoldFaults: *holdFaults, SendGridTLS: *sendgridTLS},
 			func(a chaos.DoublesAddrs) { _ = json.NewEncoder(env.Stdout).Encode(a) })
 	}
 	for name, d := range map[string]time.Duration{"duration": *duration, "kill-every": *killEvery, "backend-kill-every": *backendKillEvery, "drain-timeout": *drainTimeout} {

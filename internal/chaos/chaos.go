@@ -4,24 +4,34 @@
 //
 // Run starts the Stripe and SendGrid doubles in a process of their own
 // ('outboxd chaos --serve-doubles', faults on: lost responses, 500s before
-// and after acting, 429s, delays longer than the call timeout) and several
-// 'outboxd run' dispatchers against one database. While an at-least-once
-// driver delivers messages (sequential and concurrent duplicates, consumers
-// that die after commit) that each record a payment and an email through
-// intents.Client.Consume, it SIGKILLs a random dispatcher every few hundred
-// milliseconds and starts a new one, and terminates random PostgreSQL
-// backends of the database. Then it stops the chaos, lets the dispatchers
-// drain, and checks:
+// and after acting, 429s, delays longer than the call timeout; 503 storms
+// at Stripe long enough to spend an intent's attempt budget; SendGrid over
+// TLS and HTTP/2, resetting some streams after accepting the email) and
+// several 'outboxd run' dispatchers against one database. Before the run
+// the Stripe double already holds another deployment's PaymentIntents,
+// identical to the run's payments but for their namespace. While an
+// at-least-once driver delivers messages (sequential and concurrent
+// duplicates, consumers that die after commit; ids with ':', '%' and '~',
+// ids and a consumer name at the package's length limits) that each record
+// a payment and an email through intents.Client.Consume, it SIGKILLs a
+// random dispatcher every few hundred milliseconds and starts a new one,
+// terminates random PostgreSQL backends of the database, and has an
+// operator cancel, resend and resolve random intents. Then it stops the
+// chaos, lets the dispatchers drain (in_doubt look-ups included), and
+// checks:
 //
 //   - every Stripe intent produced at most one PaymentIntent at the double,
-//     and every succeeded one exactly one; every email intent at most one
-//     accepted email, every succeeded one exactly one;
-//   - every intent is succeeded or in_doubt (none pending, dispatching,
-//     failed or cancelled);
+//     and every succeeded one exactly one, its own, never the other
+//     deployment's; every email intent at most one accepted email, every
+//     succeeded one exactly one;
+//   - every intent is succeeded or in_doubt, or failed without any attempt
+//     that may have acted and without an effect (a spent budget), or left
+//     by the operator: cancelled or resolved failed without an effect,
+//     resolved succeeded with exactly one; none pending or dispatching;
 //   - every in_doubt intent was really ambiguous: it has an ambiguous
 //     attempt, and independent evidence explains it (see Report.InDoubtWhy);
 //   - every processed marker has its two intents and one business row, and
-//     every intent recorded by the consumer has its marker.
+//     every intent recorded by a consumer has its marker.
 package chaos
 
 import (

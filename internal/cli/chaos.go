@@ -20,19 +20,27 @@ server at --database-url (dropped afterwards unless --keep-database):
 
   - the Stripe and SendGrid doubles run in a process of their own and lose
     responses, answer 500 before and after acting, rate-limit, and hold
-    responses longer than the call timeout;
+    responses longer than the call timeout; Stripe has 503 storms that
+    spend the attempt budget, and already holds another deployment's
+    PaymentIntents; SendGrid speaks HTTP/2 over TLS and resets some
+    streams after accepting the email;
   - --dispatchers 'outboxd run' processes (this executable) work one
     database; a random one is killed with SIGKILL about every --kill-every
     and a new one started; random PostgreSQL backends of the database are
     terminated about every --backend-kill-every;
   - an at-least-once driver delivers messages, with sequential and
-    concurrent duplicates, each recording a payment and an email.
+    concurrent duplicates, each recording a payment and an email; some ids
+    contain ':', '%' and '~' or are as long as allowed;
+  - an operator cancels, resends and resolves random intents.
 
 After --duration the chaos stops and the dispatchers drain. The report is
 judged from the doubles' own records: no effect twice, every succeeded
-intent exactly once, no intent lost, every in_doubt intent backed by
-evidence that its attempt was really ambiguous, every processed marker with
-its intents. Exits 1 on any violation.
+intent exactly once and with its own object, no intent lost, no intent that
+may have acted failed, every in_doubt intent backed by evidence that its
+attempt was really ambiguous, every processed marker with its intents. The
+report counts the in_doubt intents settled by a later look-up, those sent
+again after a consistent read proved absence, those left for an operator,
+and the share of Stripe intents left in_doubt. Exits 1 on any violation.
 
 Use a long --duration (e.g. 10m) for a soak.`, env)
 	var dbURL string

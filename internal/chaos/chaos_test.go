@@ -141,8 +141,10 @@ func TestChaosBounded(t *testing.T) {
 	if rep.StormAnswered == 0 || rep.BudgetSpentMayHaveActed == 0 {
 		t.Errorf("503 storms answered %d payments and spent %d budgets: the storms were too short to prove anything", rep.StormAnswered, rep.BudgetSpentMayHaveActed)
 	}
-	if rep.SendGridHTTP2 == 0 || rep.StreamResets == 0 {
-		t.Errorf("%d emails over HTTP/2, %d streams reset: the reset fault was not exercised", rep.SendGridHTTP2, rep.StreamResets)
+	// Over HTTP/2 a reset stream; over HTTP/1 (a SendGrid client that
+	// refuses HTTP/2) a closed connection: either way after acting.
+	if rep.StreamResets == 0 {
+		t.Errorf("%d emails over HTTP/2, %d resets after acting: the reset fault was not exercised", rep.SendGridHTTP2, rep.StreamResets)
 	}
 	done, refused := 0, 0
 	for k, n := range rep.OperatorActions {

@@ -444,8 +444,9 @@ func serve(h http.Handler) (*http.Server, string, error) {
 // resetter resets the stream of a share of the emails after the double
 // accepted them: the handler runs against a buffer, then panics with
 // http.ErrAbortHandler, which net/http's HTTP/2 server turns into
-// RST_STREAM (over HTTP/1, a closed connection). Only requests over HTTP/2
-// are reset, and only once the faults are on.
+// RST_STREAM (over HTTP/1, a closed connection: a client that speaks only
+// HTTP/1 to SendGrid meets the same fault as a lost response). Only once
+// the faults are on.
 type resetter struct {
 	rate  float64
 	mu    sync.Mutex
@@ -463,12 +464,14 @@ func (rs *resetter) wrap(next http.Handler, effectPath string, faultsOn *atomic.
 			_ = json.NewEncoder(w).Encode(st)
 			return
 		}
-		if r.URL.Path != effectPath || r.Method != http.MethodPost || r.ProtoMajor != 2 {
+		if r.URL.Path != effectPath || r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
 		}
 		rs.mu.Lock()
-		rs.stats.HTTP2++
+		if r.ProtoMajor == 2 {
+			rs.stats.HTTP2++
+		}
 		reset := rs.rate > 0 && rs.rnd.Float64() < rs.rate && faultsOn.Load()
 		if reset {
 			rs.stats.Resets++

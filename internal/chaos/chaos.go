@@ -4,24 +4,34 @@
 //
 // Run starts the Stripe and SendGrid doubles in a process of their own
 // ('outboxd chaos --serve-doubles', faults on: lost responses, 500s before
-// and after acting, 429s, delays longer than the call timeout) and several
-// 'outboxd run' dispatchers against one database. While an at-least-once
-// driver delivers messages (sequential and concurrent duplicates, consumers
-// that die after commit) that each record a payment and an email through
-// intents.Client.Consume, it SIGKILLs a random dispatcher every few hundred
-// milliseconds and starts a new one, and terminates random PostgreSQL
-// backends of the database. Then it stops the chaos, lets the dispatchers
-// drain, and checks:
+// and after acting, 429s, delays longer than the call timeout; 503 storms
+// at Stripe long enough to spend an intent's attempt budget; SendGrid over
+// TLS and HTTP/2, resetting some streams after accepting the email) and
+// several 'outboxd run' dispatchers against one database. Before the run
+// the Stripe double already holds another deployment's PaymentIntents,
+// identical to the run's payments but for their namespace. While an
+// at-least-once driver delivers messages (sequential and concurrent
+// duplicates, consumers that die after commit; ids with ':', '%' and '~',
+// ids and a consumer name at the package's length limits) that each record
+// a payment and an email through intents.Client.Consume, it SIGKILLs a
+// random dispatcher every few hundred milliseconds and starts a new one,
+// terminates random PostgreSQL backends of the database, and has an
+// operator cancel, resend and resolve random intents. Then it stops the
+// chaos, lets the dispatchers drain (in_doubt look-ups included), and
+// checks:
 //
 //   - every Stripe intent produced at most one PaymentIntent at the double,
-//     and every succeeded one exactly one; every email intent at most one
-//     accepted email, every succeeded one exactly one;
-//   - every intent is succeeded or in_doubt (none pending, dispatching,
-//     failed or cancelled);
+//     and every succeeded one exactly one, its own, never the other
+//     deployment's; every email intent at most one accepted email, every
+//     succeeded one exactly one;
+//   - every intent is succeeded or in_doubt, or failed without any attempt
+//     that may have acted and without an effect (a spent budget), or left
+//     by the operator: cancelled or resolved failed without an effect,
+//     resolved succeeded with exactly one; none pending or dispatching;
 //   - every in_doubt intent was really ambiguous: it has an ambiguous
 //     attempt, and independent evidence explains it (see Report.InDoubtWhy);
 //   - every processed marker has its two intents and one business row, and
-//     every intent recorded by the consumer has its marker.
+//     every intent recorded by a consumer has its marker.
 package chaos
 
 import (
@@ -66,9 +76,34 @@ const (
 	DefaultBackendKillShare = 0.2
 	DefaultFaultRate        = 0.2
 	DefaultCallTimeout      = 2 * time.Second
-	DefaultMaxAttempts      = 25
+	DefaultMaxAttempts      = 5
 	DefaultDrainTimeout     = 3 * time.Minute
+	DefaultStorms           = 2
+	DefaultStormLength      = 6 * time.Second
+	DefaultOperatorEvery    = 300 * time.Millisecond
 )
+
+// maxDefaultForeign bounds Config.ForeignObjects' default.
+const maxDefaultForeign = 500
+
+// ForeignNamespace is the namespace of the other deployment whose
+// PaymentIntents the Stripe double holds before the run.
+const ForeignNamespace = "otherdeployment0"
+
+// The fleet's look-ups of in_doubt intents: soon and often enough to happen
+// within the drain (1s, 2s, 4s after the verdict), then the intent waits
+// for an operator.
+const (
+	fleetRecheckDelay    = time.Second
+	fleetMaxRechecks     = 3
+	fleetRecheckInterval = time.Second
+)
+
+// absenceSettleTime is the fleet's --absence-settle-time: longer than any
+// request the doubles may still hold (DelayFor), twice over.
+func absenceSettleTime(callTimeout time.Duration) time.Duration {
+	return 2*DelayFor(callTimeout) + 2*time.Second
+}
 
 // Config configures a Run.
 type Config struct {
@@ -113,8 +148,25 @@ type Config struct {
 	// seconds. Defaults to DefaultCallTimeout.
 	CallTimeout time.Duration
 	// MaxAttempts is the dispatchers' --max-attempts. Defaults to
-	// DefaultMaxAttempts.
+	// DefaultMaxAttempts, low enough for a 503 storm to exhaust it.
 	MaxAttempts int
+	// ForeignObjects is how many PaymentIntents of another deployment
+	// (ForeignNamespace) the Stripe double holds before the run (see
+	// createForeign): intent ids 1 to ForeignObjects, each with the
+	// message id, amount, customer and outbox_key of one of the run's
+	// payments. Defaults to twice Messages plus ten, so that every intent
+	// of the run meets one with its id, but at most 500 (a Stripe listing
+	// that proves absence reads them too); negative means none.
+	ForeignObjects int
+	// Storms is how many times during the chaos the Stripe double answers
+	// every payment with a 503 for StormLength, at random times. Defaults
+	// to DefaultStorms and DefaultStormLength; negative means none.
+	Storms      int
+	StormLength time.Duration
+	// OperatorEvery is the mean time between two operator actions (cancel,
+	// resend, resolve) on random intents during the chaos. Defaults to
+	// DefaultOperatorEvery; negative means none.
+	OperatorEvery time.Duration
 	// DrainTimeout bounds the drain after the chaos. Defaults to
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -159,6 +211,29 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		return nil
 	}
+	for _, n := range []struct {
+		v   *int
+		def int
+	}{{&c.Storms, DefaultStorms}} {
+		switch {
+		case *n.v == 0:
+			*n.v = n.def
+		case *n.v < 0:
+			*n.v = 0
+		}
+	}
+	switch {
+	case c.OperatorEvery == 0:
+		c.OperatorEvery = DefaultOperatorEvery
+	case c.OperatorEvery < 0:
+		c.OperatorEvery = 0
+	}
+	if c.StormLength < 0 {
+		return c, fmt.Errorf("chaos: Config.StormLength must not be negative, got %s", c.StormLength)
+	}
+	if c.StormLength == 0 {
+		c.StormLength = DefaultStormLength
+	}
 	for _, d := range []struct {
 		name string
 		v    *time.Duration
@@ -185,6 +260,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Messages < 1 || c.Messages > 1_000_000 {
 		return c, fmt.Errorf("chaos: Config.Messages must be between 1 and 1000000, got %d", c.Messages)
+	}
+	switch {
+	case c.ForeignObjects == 0:
+		c.ForeignObjects = min(2*c.Messages+10, maxDefaultForeign)
+	case c.ForeignObjects < 0:
+		c.ForeignObjects = 0
+	case c.ForeignObjects > 2_000_000:
+		return c, fmt.Errorf("chaos: Config.ForeignObjects must be at most 2000000, got %d", c.ForeignObjects)
 	}
 	ints := []struct {
 		name     string
@@ -245,7 +328,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: Config.DatabaseURL: %w", err)
 	}
-	poolCfg.MaxConns = int32(cfg.Consumers + 2)
+	poolCfg.MaxConns = int32(cfg.Consumers + 3)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: connect: %w", err)
@@ -271,8 +354,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rnd := rand.New(rand.NewPCG(cfg.Seed, 1))
+	drv := newDriver(client, cfg.Messages, rnd)
 
-	runEnv := append(env,
+	// Another deployment's PaymentIntents, then the faults.
+	if rep.ForeignObjects, err = createForeign(ctx, pool, doubles.addrs, drv.msgs, cfg.ForeignObjects); err != nil {
+		return nil, err
+	}
+	if err := postControl(ctx, doubles.addrs.StripeURL+StartPath); err != nil {
+		return nil, err
+	}
+
+	// The dispatchers trust the SendGrid double's certificate, and nothing
+	// else: they call no other TLS server.
+	certFile, err := writeCert(doubles.addrs.SendGridCertPEM)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(certFile)
+	runEnv := append(env, "SSL_CERT_FILE="+certFile, "SSL_CERT_DIR=",
 		"DATABASE_URL="+cfg.DatabaseURL,
 		"STRIPE_API_KEY="+stripedouble.DefaultAPIKey, "STRIPE_API_BASE="+doubles.addrs.StripeURL,
 		"SENDGRID_API_KEY="+sendgriddouble.DefaultAPIKey, "SENDGRID_API_BASE="+doubles.addrs.SendGridURL,
@@ -284,8 +384,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	rnd := rand.New(rand.NewPCG(cfg.Seed, 1))
-	drv := newDriver(client, cfg.Messages, rnd)
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	drv.run(runCtx, float64(cfg.Messages)/cfg.Duration.Seconds(), cfg.Consumers, cfg.Seed)
@@ -296,7 +394,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var chaosWG sync.WaitGroup
 	var killErr error
 	var backend backendKiller
-	chaosWG.Add(2)
+	op := newOperator(pool, registry, doubles.addrs, cfg.CallTimeout, cfg.Logger)
+	chaosWG.Add(4)
+	go func() {
+		defer chaosWG.Done()
+		storms(chaosCtx, doubles.addrs, cfg.Storms, cfg.StormLength, cfg.Duration, rand.New(rand.NewPCG(cfg.Seed, 4)), cfg.Logger)
+	}()
+	go func() {
+		defer chaosWG.Done()
+		op.run(chaosCtx, cfg.OperatorEvery, rand.New(rand.NewPCG(cfg.Seed, 5)))
+	}()
 	go func() {
 		defer chaosWG.Done()
 		killErr = killDispatchers(chaosCtx, fl, cfg.KillEvery, rand.New(rand.NewPCG(cfg.Seed, 2)))
@@ -354,6 +461,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.CrashRedeliveries = int(drv.crashes.Load())
 	rep.Nacks = int(drv.nacked.Load())
 	rep.DuplicatesAbsorbed = int(drv.absorbed.Load())
+	rep.OperatorActions, rep.OperatorErrors = op.counts(), op.errors()
+	for _, m := range drv.msgs {
+		if strings.ContainsAny(m.id, ":%~") {
+			rep.HostileIDs++
+		}
+		if len(m.id) == intents.MaxMessageIDLength {
+			rep.MaxLengthIDs++
+		}
+		if m.consumer == LongConsumerName {
+			rep.LongConsumerMessages++
+		}
+	}
 	if drainErr != nil {
 		rep.TotalSeconds = time.Since(started).Seconds()
 		return rep, drainErr
@@ -389,17 +508,22 @@ func dispatcherArgs(cfg Config, grace time.Duration) []string {
 		"--retry-backoff-max", "1s",
 		"--fetch-cooldown", "20ms",
 		"--sweep-interval", "5s",
+		"--recheck-delay", fleetRecheckDelay.String(),
+		"--max-rechecks", strconv.Itoa(fleetMaxRechecks),
+		"--recheck-interval", fleetRecheckInterval.String(),
+		"--absence-settle-time", absenceSettleTime(cfg.CallTimeout).String(),
 		"--shutdown-grace", grace.String(),
 		"--log-format", "json",
 	}
 }
 
 // childEnv is this process's environment without OUTBOXD_ settings, so the
-// children run with exactly the flags the suite gives them.
+// children run with exactly the flags the suite gives them, and without
+// SSL_CERT_ settings, which the suite sets for the dispatchers.
 func childEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OUTBOXD_") {
+		if !strings.HasPrefix(kv, "OUTBOXD_") && !strings.HasPrefix(kv, "SSL_CERT_") {
 			env = append(env, kv)
 		}
 	}
@@ -505,7 +629,8 @@ func startDoubles(ctx context.Context, cfg Config, env []string) (*doublesProces
 	cmd := exec.Command(cfg.Binary, "chaos", "--serve-doubles",
 		"--seed", strconv.FormatUint(cfg.Seed, 10),
 		"--fault-rate", strconv.FormatFloat(max(cfg.FaultRate, 0), 'g', -1, 64),
-		"--call-timeout", cfg.CallTimeout.String())
+		"--call-timeout", cfg.CallTimeout.String(),
+		"--hold-faults", "--sendgrid-tls")
 	cmd.Env = env
 	p := &doublesProcess{cmd: cmd, done: make(chan struct{}), out: newTail(64 << 10)}
 	var errOut io.Writer = p.out
@@ -565,6 +690,24 @@ func (p *doublesProcess) stop() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// writeCert writes a PEM certificate to a temporary file and returns its
+// name.
+func writeCert(certPEM string) (string, error) {
+	if certPEM == "" {
+		return "", errors.New("chaos: the doubles' process gave no certificate for the SendGrid double")
+	}
+	f, err := os.CreateTemp("", "chaos-sendgrid-*.pem")
+	if err != nil {
+		return "", fmt.Errorf("chaos: certificate file: %w", err)
+	}
+	if _, err := f.WriteString(certPEM); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", fmt.Errorf("chaos: certificate file: %w", err)
+	}
+	return f.Name(), f.Close()
 }
 
 // getJSON fetches url into v.

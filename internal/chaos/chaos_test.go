@@ -73,6 +73,15 @@ func TestChaosBounded(t *testing.T) {
 		seed = s
 	}
 	t.Logf("chaos seed %d (replay with CHAOS_SEED=<seed>)", seed)
+	// CHAOS_FOREIGN_OBJECTS=-1 runs without another deployment's objects.
+	foreign := 0
+	if v := os.Getenv("CHAOS_FOREIGN_OBJECTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("CHAOS_FOREIGN_OBJECTS: %v", err)
+		}
+		foreign = n
+	}
 	logDir := t.TempDir()
 	var progress strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -83,8 +92,10 @@ func TestChaosBounded(t *testing.T) {
 		Duration:     envDuration(t, "CHAOS_DURATION", 25*time.Second),
 		Seed:         seed,
 		DrainTimeout: 2 * time.Minute,
-		LogDir:       logDir,
-		Progress:     &progress,
+		// Another deployment's PaymentIntents with every intent id of the run.
+		ForeignObjects: foreign,
+		LogDir:         logDir,
+		Progress:       &progress,
 	})
 	if rep != nil {
 		var table strings.Builder
@@ -116,6 +127,39 @@ func TestChaosBounded(t *testing.T) {
 	}
 	if rep.Succeeded == 0 || rep.Payments == 0 || rep.Emails == 0 {
 		t.Errorf("nothing succeeded: %+v", rep)
+	}
+	// The edges must have been provoked, or their checks prove nothing.
+	if rep.HostileIDs == 0 || rep.MaxLengthIDs == 0 || rep.LongConsumerMessages == 0 {
+		t.Errorf("%d hostile ids, %d ids of the maximum length, %d messages to the long consumer: the key derivation was not exercised",
+			rep.HostileIDs, rep.MaxLengthIDs, rep.LongConsumerMessages)
+	}
+	if (rep.ForeignObjects == 0 && foreign >= 0) || rep.ForeignAtDouble != rep.ForeignObjects {
+		t.Errorf("another deployment's PaymentIntents: %d created, %d at the double", rep.ForeignObjects, rep.ForeignAtDouble)
+	}
+	// A 503 may have acted (DESIGN.md, invariant 3): a storm spends the
+	// budget of intents that then must not fail, which verify checks.
+	if rep.StormAnswered == 0 || rep.BudgetSpentMayHaveActed == 0 {
+		t.Errorf("503 storms answered %d payments and spent %d budgets: the storms were too short to prove anything", rep.StormAnswered, rep.BudgetSpentMayHaveActed)
+	}
+	// Over HTTP/2 a reset stream; over HTTP/1 (a SendGrid client that
+	// refuses HTTP/2) a closed connection: either way after acting.
+	if rep.StreamResets == 0 {
+		t.Errorf("%d emails over HTTP/2, %d resets after acting: the reset fault was not exercised", rep.SendGridHTTP2, rep.StreamResets)
+	}
+	done, refused := 0, 0
+	for k, n := range rep.OperatorActions {
+		switch {
+		case strings.HasSuffix(k, " done"):
+			done += n
+		case strings.HasSuffix(k, " refused"):
+			refused += n
+		}
+	}
+	if done == 0 || refused == 0 {
+		t.Errorf("operator actions %v: none carried out or none refused", rep.OperatorActions)
+	}
+	if rep.InDoubtRecheckScheduled != 0 {
+		t.Errorf("%d in_doubt intents still had a look-up scheduled after the drain", rep.InDoubtRecheckScheduled)
 	}
 }
 

@@ -4,16 +4,26 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	cryptorand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"math/big"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/outbox/providers/fault"
@@ -38,6 +48,107 @@ type DoublesConfig struct {
 	// double acted; the suite makes it longer than the dispatcher's call
 	// timeout, so the call times out. Required when FaultRate > 0.
 	DelayFor time.Duration
+	// HoldFaults keeps the faults off until POST StartPath, so that the
+	// suite can first create another deployment's objects in the Stripe
+	// double without drawing from the seeded faults.
+	HoldFaults bool
+	// SendGridTLS serves the SendGrid double over TLS with HTTP/2, with a
+	// self-signed certificate (DoublesAddrs.SendGridCertPEM), and adds the
+	// stream-reset fault: a share FaultRate × ShareStreamReset of the
+	// emails are read and accepted by the double, then their stream is
+	// reset (RST_STREAM) instead of answered. The double's records stay
+	// readable over plain HTTP at DoublesAddrs.SendGridControlURL.
+	SendGridTLS bool
+}
+
+// ShareStreamReset is the share of FaultRate by which the SendGrid double,
+// when served over HTTP/2, resets an email's stream after accepting it, on
+// top of the other faults.
+const ShareStreamReset = 0.15
+
+// ResetsPath (GET) on the SendGrid control listener returns ResetStats.
+const ResetsPath = "/_chaos/resets"
+
+// ResetStats counts the emails whose stream the SendGrid double reset
+// after accepting them, and the emails that arrived over HTTP/2.
+type ResetStats struct {
+	Resets int `json:"resets"`
+	HTTP2  int `json:"http2"`
+}
+
+// Control endpoints of the doubles' process, on the Stripe double's
+// listener.
+const (
+	// StartPath (POST) turns the faults on when DoublesConfig.HoldFaults.
+	StartPath = "/_chaos/start"
+	// StormPath (POST ?for=DURATION) makes the Stripe double answer every
+	// payment with a 503 (fault.ErrorBefore, nothing created) for that long;
+	// GET returns StormStats.
+	StormPath = "/_chaos/storm"
+	// PaymentIntentsPath (GET) lists every PaymentIntent the Stripe double
+	// holds, as []StripeObject.
+	PaymentIntentsPath = "/_chaos/payment_intents"
+)
+
+// StormStats counts the 503 storms and the requests they answered.
+type StormStats struct {
+	Storms   int `json:"storms"`
+	Answered int `json:"answered"`
+}
+
+// StripeObject is one PaymentIntent at the Stripe double, as the suite
+// judges it: whose it is (metadata) and what it charged.
+type StripeObject struct {
+	ID       string            `json:"id"`
+	Amount   int64             `json:"amount"`
+	Status   string            `json:"status"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// storm answers every effect-causing request with a 503 before the double
+// acts while a storm lasts.
+type storm struct {
+	faults *fault.Injector
+	mu     sync.Mutex
+	until  time.Time
+	stats  StormStats
+}
+
+func (st *storm) wrap(next http.Handler, effectPath string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == StormPath && r.Method == http.MethodPost:
+			d, err := time.ParseDuration(r.URL.Query().Get("for"))
+			if err != nil || d <= 0 || d > time.Minute {
+				http.Error(w, "for: a duration up to 1m", http.StatusBadRequest)
+				return
+			}
+			st.mu.Lock()
+			st.until = time.Now().Add(d)
+			st.stats.Storms++
+			st.mu.Unlock()
+			w.WriteHeader(http.StatusNoContent)
+			return
+		case r.URL.Path == StormPath && r.Method == http.MethodGet:
+			st.mu.Lock()
+			stats := st.stats
+			st.mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(stats)
+			return
+		case r.URL.Path == effectPath && r.Method == http.MethodPost:
+			st.mu.Lock()
+			on := time.Now().Before(st.until)
+			if on {
+				st.stats.Answered++
+				// Drawn by this very request: the double draws one fault
+				// per payment, queued faults first.
+				st.faults.Push(fault.Fault{Kind: fault.ErrorBefore, Status: http.StatusServiceUnavailable})
+			}
+			st.mu.Unlock()
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Shares of DoublesConfig.FaultRate by fault kind: lost responses after
@@ -56,6 +167,12 @@ const (
 type DoublesAddrs struct {
 	StripeURL   string `json:"stripe_url"`
 	SendGridURL string `json:"sendgrid_url"`
+	// SendGridControlURL serves the SendGrid double's records (and its API)
+	// over plain HTTP; it is SendGridURL when that is plain HTTP.
+	SendGridControlURL string `json:"sendgrid_control_url"`
+	// SendGridCertPEM is the self-signed certificate of SendGridURL when it
+	// is served over TLS, for the dispatchers to trust (SSL_CERT_FILE).
+	SendGridCertPEM string `json:"sendgrid_cert_pem,omitempty"`
 }
 
 // WireRecord is one effect-causing request (POST /v1/payment_intents or
@@ -77,6 +194,9 @@ type WireRecord struct {
 	// ClientGone: the client went away before the answer was complete (its
 	// call timed out, or its process died).
 	ClientGone bool `json:"client_gone"`
+	// Reset: the handler aborted the answer (an HTTP/2 stream reset after
+	// the double acted); Dropped is set too.
+	Reset bool `json:"reset"`
 }
 
 // Ambiguous reports whether a client could not have known from this answer
@@ -133,10 +253,15 @@ func recordWire(next http.Handler, effectPath string, intentID func([]byte) int6
 		rec.IntentID = intentID(body)
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
+			p := recover()
 			rec.End = time.Now()
-			rec.Status, rec.Dropped = sw.status, sw.hijacked
-			rec.ClientGone = !sw.hijacked && r.Context().Err() != nil
+			rec.Reset = p != nil
+			rec.Status, rec.Dropped = sw.status, sw.hijacked || rec.Reset
+			rec.ClientGone = !rec.Dropped && r.Context().Err() != nil
 			wl.add(rec)
+			if p != nil {
+				panic(p) // http.ErrAbortHandler: net/http resets the stream
+			}
 		}()
 		next.ServeHTTP(sw, r)
 	})
@@ -221,10 +346,22 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 		RetryAfter:   time.Second,
 	}
 	stripeFaults, sendgridFaults := fault.New(cfg.Seed), fault.New(cfg.Seed+1)
-	for _, f := range []*fault.Injector{stripeFaults, sendgridFaults} {
-		if err := f.SetRates(rates); err != nil {
-			return fmt.Errorf("chaos: fault rates: %w", err)
+	var faultsOn atomic.Bool
+	startFaults := func() error {
+		for _, f := range []*fault.Injector{stripeFaults, sendgridFaults} {
+			if err := f.SetRates(rates); err != nil {
+				return fmt.Errorf("chaos: fault rates: %w", err)
+			}
 		}
+		faultsOn.Store(true)
+		return nil
+	}
+	if !cfg.HoldFaults {
+		if err := startFaults(); err != nil {
+			return err
+		}
+	} else if err := fault.New(0).SetRates(rates); err != nil {
+		return fmt.Errorf("chaos: fault rates: %w", err)
 	}
 	stripe, err := stripedouble.NewServer(stripedouble.Config{Faults: stripeFaults})
 	if err != nil {
@@ -238,17 +375,53 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 	defer sendgrid.Close()
 
 	var stripeWire, sendgridWire wireLog
-	stripeSrv, stripeURL, err := serve(recordWire(stripe.Handler(), "/v1/payment_intents", stripeIntentID, &stripeWire))
+	st := &storm{faults: stripeFaults}
+	var startOnce sync.Once
+	control := http.NewServeMux()
+	control.Handle("/", st.wrap(stripe.Handler(), "/v1/payment_intents"))
+	control.HandleFunc("POST "+StartPath, func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		startOnce.Do(func() { err = startFaults() })
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	control.HandleFunc("GET "+PaymentIntentsPath, func(w http.ResponseWriter, r *http.Request) {
+		pis := stripe.PaymentIntents()
+		out := make([]StripeObject, len(pis))
+		for i, pi := range pis {
+			out[i] = StripeObject{ID: pi.ID, Amount: pi.Amount, Status: pi.Status, Metadata: pi.Metadata}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	stripeSrv, stripeURL, err := serve(recordWire(control, "/v1/payment_intents", stripeIntentID, &stripeWire))
 	if err != nil {
 		return err
 	}
 	defer stripeSrv.Close()
-	sendgridSrv, sendgridURL, err := serve(recordWire(sendgrid.Handler(), "/v3/mail/send", sendgridIntentID, &sendgridWire))
+	rs := &resetter{rnd: rand.New(rand.NewPCG(cfg.Seed+2, 7))}
+	if cfg.SendGridTLS {
+		rs.rate = cfg.FaultRate * ShareStreamReset
+	}
+	sendgridHandler := recordWire(rs.wrap(sendgrid.Handler(), "/v3/mail/send", &faultsOn), "/v3/mail/send", sendgridIntentID, &sendgridWire)
+	sendgridSrv, sendgridURL, err := serve(sendgridHandler)
 	if err != nil {
 		return err
 	}
 	defer sendgridSrv.Close()
-	ready(DoublesAddrs{StripeURL: stripeURL, SendGridURL: sendgridURL})
+	addrs := DoublesAddrs{StripeURL: stripeURL, SendGridURL: sendgridURL, SendGridControlURL: sendgridURL}
+	if cfg.SendGridTLS {
+		tlsSrv, tlsURL, certPEM, err := serveTLS(sendgridHandler)
+		if err != nil {
+			return err
+		}
+		defer tlsSrv.Close()
+		addrs.SendGridURL, addrs.SendGridCertPEM = tlsURL, certPEM
+	}
+	ready(addrs)
 	<-ctx.Done()
 	return nil
 }
@@ -266,4 +439,97 @@ func serve(h http.Handler) (*http.Server, string, error) {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	return srv, "http://" + ln.Addr().String(), nil
+}
+
+// resetter resets the stream of a share of the emails after the double
+// accepted them: the handler runs against a buffer, then panics with
+// http.ErrAbortHandler, which net/http's HTTP/2 server turns into
+// RST_STREAM (over HTTP/1, a closed connection: a client that speaks only
+// HTTP/1 to SendGrid meets the same fault as a lost response). Only once
+// the faults are on.
+type resetter struct {
+	rate  float64
+	mu    sync.Mutex
+	rnd   *rand.Rand
+	stats ResetStats
+}
+
+func (rs *resetter) wrap(next http.Handler, effectPath string, faultsOn *atomic.Bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == ResetsPath && r.Method == http.MethodGet {
+			rs.mu.Lock()
+			st := rs.stats
+			rs.mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(st)
+			return
+		}
+		if r.URL.Path != effectPath || r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rs.mu.Lock()
+		if r.ProtoMajor == 2 {
+			rs.stats.HTTP2++
+		}
+		reset := rs.rate > 0 && rs.rnd.Float64() < rs.rate && faultsOn.Load()
+		if reset {
+			rs.stats.Resets++
+		}
+		rs.mu.Unlock()
+		if !reset {
+			next.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(&discardWriter{h: http.Header{}}, r)
+		panic(http.ErrAbortHandler)
+	})
+}
+
+// discardWriter is a ResponseWriter whose answer goes nowhere.
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+// serveTLS serves h over TLS (HTTP/2 and HTTP/1.1) on loopback with a fresh
+// self-signed certificate, and returns the server, its URL and the
+// certificate in PEM.
+func serveTLS(h http.Handler) (*http.Server, string, string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), cryptorand.Reader)
+	if err != nil {
+		return nil, "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "chaos sendgrid double"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(cryptorand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, "", "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", "", fmt.Errorf("chaos: listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		TLSConfig: &tls.Config{
+			Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+			NextProtos:   []string{"h2", "http/1.1"},
+		},
+	}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return srv, "https://" + ln.Addr().String(), string(certPEM), nil
 }

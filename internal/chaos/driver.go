@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,8 +16,27 @@ import (
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
 
-// ConsumerName is the consumer the suite's messages are delivered to.
-const ConsumerName = "chaos"
+// ConsumerName is the consumer most of the suite's messages are delivered
+// to; LongConsumerName, exactly intents.MaxConsumerLength bytes, gets the
+// share LongConsumerRate.
+const (
+	ConsumerName     = "chaos"
+	LongConsumerName = "chaos.consumer-with-the-longest-name-the-package-accepts_" +
+		"0123456789.0123456789-0123456789.0123456789"
+	LongConsumerRate = 0.2
+)
+
+// Consumers are the consumers the suite delivers to.
+var Consumers = []string{ConsumerName, LongConsumerName}
+
+// Share of the messages whose ids are hostile to key derivation: they
+// contain the key's separator ':', its escape '%' (some already looking
+// like an escape, "%3A"), and its hash mark '~'; a third of them are
+// exactly intents.MaxMessageIDLength bytes and share all but their last
+// bytes, so their keys are hashed and differ only in the hash; some
+// continue the previous message's id with ":payment", the suffix its own
+// key derivation appends.
+const hostileIDRate = 0.3
 
 // Rates of the driver's at-least-once misbehaviour, per message.
 const (
@@ -26,8 +46,34 @@ const (
 )
 
 type message struct {
-	id     string
-	amount int
+	consumer string
+	id       string
+	amount   int
+}
+
+// messageID is the id of message number i (from 1), hostile or not.
+func messageID(i int, prev string, rnd *rand.Rand) string {
+	plain := fmt.Sprintf("msg-%06d", i)
+	if rnd.Float64() >= hostileIDRate {
+		return plain
+	}
+	switch rnd.IntN(6) {
+	case 0:
+		return fmt.Sprintf("order:%06d:payment", i)
+	case 1:
+		return fmt.Sprintf("order%%3A%06d%%", i) // "order%3A000001%": an escape in disguise
+	case 2:
+		return fmt.Sprintf("~order~%06d~", i)
+	case 3:
+		if prev != "" && len(prev)+len(":payment") <= intents.MaxMessageIDLength {
+			return prev + ":payment"
+		}
+		return plain + ":%~"
+	default:
+		tail := fmt.Sprintf("-%06d", i)
+		pad := strings.Repeat("long:%3A~", intents.MaxMessageIDLength/9+1)
+		return pad[:intents.MaxMessageIDLength-len(tail)] + tail
+	}
 }
 
 // driver is an at-least-once broker feeding consumers that record a payment
@@ -53,8 +99,14 @@ type driver struct {
 
 func newDriver(client *intents.Client, n int, rnd *rand.Rand) *driver {
 	d := &driver{client: client, queue: make(chan *message, n*8+16), done: make(chan struct{})}
+	prev := ""
 	for i := range n {
-		d.msgs = append(d.msgs, message{id: fmt.Sprintf("msg-%06d", i+1), amount: 500 + rnd.IntN(20000)})
+		m := message{consumer: ConsumerName, id: messageID(i+1, prev, rnd), amount: 500 + rnd.IntN(20000)}
+		if rnd.Float64() < LongConsumerRate {
+			m.consumer = LongConsumerName
+		}
+		d.msgs = append(d.msgs, m)
+		prev = m.id
 	}
 	return d
 }
@@ -117,7 +169,7 @@ func (d *driver) enqueueLater(ctx context.Context, m *message, delay time.Durati
 func (d *driver) consume(ctx context.Context, rnd *rand.Rand) {
 	for m := range d.queue {
 		d.delivered.Add(1)
-		res, err := d.client.Consume(ctx, intents.Message{Consumer: ConsumerName, ID: m.id}, handle(m))
+		res, err := d.client.Consume(ctx, intents.Message{Consumer: m.consumer, ID: m.id}, handle(m))
 		switch {
 		case err != nil:
 			// Nack: delivered again shortly (a connection the suite
@@ -150,7 +202,7 @@ func (d *driver) finished() bool {
 // in the transaction that inserts the processed marker.
 func handle(m *message) intents.Handler {
 	return func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
-		if _, err := tx.Exec(ctx, insertOrderSQL, m.id, m.amount); err != nil {
+		if _, err := tx.Exec(ctx, insertOrderSQL, m.consumer, m.id, m.amount); err != nil {
 			return err
 		}
 		if err := rec.Record(intents.Intent{

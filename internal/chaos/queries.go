@@ -4,12 +4,13 @@ package chaos
 // unique constraint, so a message handled twice would show as two rows.
 const createOrdersSQL = `
 CREATE TABLE IF NOT EXISTS chaos_orders (
+    consumer     text        NOT NULL,
     message_id   text        NOT NULL,
     amount_cents integer     NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now()
 )`
 
-const insertOrderSQL = `INSERT INTO chaos_orders (message_id, amount_cents) VALUES ($1, $2)`
+const insertOrderSQL = `INSERT INTO chaos_orders (consumer, message_id, amount_cents) VALUES ($1, $2, $3)`
 
 // terminateBackendsSQL terminates each client backend of the current
 // database, other than the caller's, with probability $1.
@@ -21,21 +22,39 @@ WHERE datname = current_database()
   AND backend_type = 'client backend'
   AND random() < $1`
 
-// openCountsSQL counts intents still to be worked, and dispatch jobs left
+// openCountsSQL counts intents still to be worked (in_doubt ones with a
+// look-up still scheduled included), and dispatch jobs left
 // running longer than $1 microseconds (orphans of killed dispatchers that
 // River's rescuer has not taken back yet).
 const openCountsSQL = `
 SELECT
     (SELECT count(*) FROM outbox_intents),
-    (SELECT count(*) FROM outbox_intents WHERE state IN ('pending', 'dispatching')),
+    (SELECT count(*) FROM outbox_intents WHERE state IN ('pending', 'dispatching')
+        OR (state = 'in_doubt' AND recheck_at IS NOT NULL)),
     (SELECT count(*) FROM river_job
       WHERE kind = 'outbox_dispatch' AND state = 'running'
         AND attempted_at < now() - $1::bigint * interval '1 microsecond')`
 
 const intentsSQL = `
-SELECT id, kind, state, coalesce(consumer, ''), coalesce(message_id, ''), attempt_count, coalesce(last_error, '')
-FROM outbox_intents
-ORDER BY id`
+SELECT i.id, i.kind, i.state, coalesce(i.consumer, ''), coalesce(i.message_id, ''), i.attempt_count, coalesce(i.last_error, ''),
+       i.may_have_acted, coalesce(i.provider_ref, ''), i.recheck_at IS NOT NULL,
+       coalesce(e.actor, ''), coalesce(e.to_state, '')
+FROM outbox_intents i
+LEFT JOIN LATERAL (
+    SELECT actor, to_state FROM outbox_events WHERE intent_id = i.id ORDER BY id DESC LIMIT 1
+) e ON true
+ORDER BY i.id`
+
+const namespaceSQL = `SELECT namespace FROM outbox_namespace`
+
+// inDoubtEventsSQL counts the in_doubt intents the dispatchers settled by
+// a later look-up (from in_doubt, by the dispatcher), and the intents sent
+// back to pending after a consistent read proved their effect absent.
+const inDoubtEventsSQL = `
+SELECT
+    (SELECT count(*) FROM outbox_events WHERE actor = 'dispatcher' AND from_state = 'in_doubt'),
+    (SELECT count(*) FROM outbox_events WHERE actor = 'dispatcher' AND from_state = 'in_doubt' AND to_state = 'succeeded'),
+    (SELECT count(*) FROM outbox_events WHERE to_state = 'pending' AND reason LIKE '%proved it absent%')`
 
 const attemptsSQL = `
 SELECT intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0), coalesce(error, '')
@@ -48,15 +67,15 @@ ORDER BY intent_id, attempt`
 // row; every intent recorded by a consumer has its marker.
 const consistencySQL = `
 SELECT
-    (SELECT count(*) FROM outbox_processed_messages WHERE consumer = $1),
-    (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = $1 AND (
+    (SELECT count(*) FROM outbox_processed_messages WHERE consumer = ANY($1)),
+    (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = ANY($1) AND (
         SELECT count(*) FILTER (WHERE i.kind = $2) || '/' || count(*) FILTER (WHERE i.kind = $3) || '/' || count(*)
         FROM outbox_intents i WHERE i.consumer = m.consumer AND i.message_id = m.message_id) <> '1/1/2'),
     (SELECT count(*) FROM outbox_intents i WHERE i.consumer IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM outbox_processed_messages m WHERE m.consumer = i.consumer AND m.message_id = i.message_id)),
-    (SELECT count(DISTINCT message_id) FROM chaos_orders),
-    (SELECT count(*) FROM (SELECT message_id FROM chaos_orders GROUP BY message_id HAVING count(*) <> 1) t),
-    (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = $1
-        AND NOT EXISTS (SELECT 1 FROM chaos_orders o WHERE o.message_id = m.message_id)),
+    (SELECT count(*) FROM (SELECT DISTINCT consumer, message_id FROM chaos_orders) t),
+    (SELECT count(*) FROM (SELECT 1 FROM chaos_orders GROUP BY consumer, message_id HAVING count(*) <> 1) t),
+    (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = ANY($1)
+        AND NOT EXISTS (SELECT 1 FROM chaos_orders o WHERE o.consumer = m.consumer AND o.message_id = m.message_id)),
     (SELECT count(*) FROM outbox_attempts WHERE replayed),
     (SELECT count(*) FROM outbox_events WHERE reason LIKE 'reconciled%')`

@@ -72,6 +72,61 @@ type Report struct {
 	InDoubtWhy map[string]int `json:"in_doubt_why"`
 	Lost       int            `json:"lost"`
 
+	// HostileIDs counts the messages whose ids contain ':', '%' or '~',
+	// MaxLengthIDs those exactly intents.MaxMessageIDLength bytes long, and
+	// LongConsumerMessages those delivered to LongConsumerName.
+	HostileIDs           int `json:"hostile_ids"`
+	MaxLengthIDs         int `json:"max_length_ids"`
+	LongConsumerMessages int `json:"long_consumer_messages"`
+
+	// ForeignObjects counts the other deployment's PaymentIntents created
+	// before the run, ForeignAtDouble those the double holds after it;
+	// AdoptedForeign the intents that succeeded with one of them (a
+	// violation).
+	ForeignObjects  int `json:"foreign_objects"`
+	ForeignAtDouble int `json:"foreign_at_double"`
+	AdoptedForeign  int `json:"adopted_foreign"`
+
+	// StormAnswered counts the payments the Stripe double answered with a
+	// 503 during a storm. FailedBudget counts the intents that failed with
+	// their attempt budget spent and nothing that may have acted;
+	// BudgetSpentMayHaveActed the intents that spent it after an attempt
+	// that may have acted (a 503 may have: none of them may end failed).
+	StormAnswered int `json:"storm_answered"`
+	// SendGridHTTP2 counts the emails that reached the SendGrid double
+	// over HTTP/2; StreamResets those whose stream it reset after
+	// accepting them.
+	SendGridHTTP2           int `json:"sendgrid_http2"`
+	StreamResets            int `json:"stream_resets"`
+	FailedBudget            int `json:"failed_budget"`
+	BudgetSpentMayHaveActed int `json:"budget_spent_may_have_acted"`
+
+	// OperatorActions counts the operator's actions by outcome ("cancel
+	// done", "resend refused"); Cancelled, ResolvedSucceeded and
+	// ResolvedFailed the intents an operator left in that state.
+	OperatorActions map[string]int `json:"operator_actions"`
+	// OperatorErrors are the first few operator errors other than refusals
+	// (typically a connection the chaos terminated).
+	OperatorErrors    []string `json:"operator_errors,omitempty"`
+	Cancelled         int      `json:"cancelled"`
+	ResolvedSucceeded int      `json:"resolved_succeeded"`
+	ResolvedFailed    int      `json:"resolved_failed"`
+
+	// InDoubtSettledByLookUp counts the in_doubt intents a dispatcher's
+	// later look-up settled (events from in_doubt by the dispatcher), of
+	// which InDoubtFoundByLookUp found the effect; ProvenAbsent the intents
+	// sent back to pending after a consistent read proved the effect
+	// absent. InDoubtForOperator counts the intents left in_doubt with no
+	// look-up scheduled (they wait for an operator),
+	// InDoubtRecheckScheduled those with one still scheduled.
+	// StripeInDoubtShare is the share of Stripe intents left in_doubt.
+	InDoubtSettledByLookUp  int     `json:"in_doubt_settled_by_look_up"`
+	InDoubtFoundByLookUp    int     `json:"in_doubt_found_by_look_up"`
+	ProvenAbsent            int     `json:"proven_absent"`
+	InDoubtForOperator      int     `json:"in_doubt_for_operator"`
+	InDoubtRecheckScheduled int     `json:"in_doubt_recheck_scheduled"`
+	StripeInDoubtShare      float64 `json:"stripe_in_doubt_share"`
+
 	Problems []string `json:"problems,omitempty"`
 }
 
@@ -101,7 +156,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, k := range keys {
 		row("fault "+k, r.FaultsInjected[k])
 	}
-	row("messages", r.Messages)
+	row("messages", fmt.Sprintf("%d (%d with ':', '%%' or '~' in the id, %d ids of the maximum length, %d to the %d-byte consumer)",
+		r.Messages, r.HostileIDs, r.MaxLengthIDs, r.LongConsumerMessages, len(LongConsumerName)))
 	row("deliveries", r.Deliveries)
 	row("duplicates delivered", fmt.Sprintf("%d (concurrent %d, sequential %d, after a consumer crash %d, after an error %d)",
 		r.DuplicatesDelivered, r.ConcurrentDuplicates, r.SequentialDuplicates, r.CrashRedeliveries, r.Nacks))
@@ -109,12 +165,31 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("intents", r.Intents)
 	row("requests cut by a kill", r.CutRequests)
 	row("effects", fmt.Sprintf("%d payments at the Stripe double, %d emails at the SendGrid double", r.Payments, r.Emails))
+	row("another deployment's PaymentIntents", fmt.Sprintf("%d created before the run, %d at the double after it, %d adopted", r.ForeignObjects, r.ForeignAtDouble, r.AdoptedForeign))
+	row("503 storms", fmt.Sprintf("%d payments answered 503; %d intents failed with their budget spent and nothing that may have acted; %d spent it after an attempt that may have acted", r.StormAnswered, r.FailedBudget, r.BudgetSpentMayHaveActed))
+	row("SendGrid over HTTP/2", fmt.Sprintf("%d emails, %d streams reset after the double accepted the email", r.SendGridHTTP2, r.StreamResets))
+	ops := make([]string, 0, len(r.OperatorActions))
+	for k := range r.OperatorActions {
+		ops = append(ops, k)
+	}
+	sort.Strings(ops)
+	for _, k := range ops {
+		row("operator "+k, r.OperatorActions[k])
+	}
+	for _, e := range r.OperatorErrors {
+		row("  operator error", e)
+	}
 	row("provider replays", r.Replays)
 	row("reconciled after ambiguity", r.Reconciled)
 	row("duplicate effects", r.DuplicateEffects)
 	row("succeeded", r.Succeeded)
-	row("failed", r.Failed)
-	row("in_doubt", fmt.Sprintf("%d (the provider had acted for %d)", r.InDoubt, r.InDoubtActed))
+	row("failed", fmt.Sprintf("%d (%d with the budget spent, %d resolved by the operator)", r.Failed, r.FailedBudget, r.ResolvedFailed))
+	row("cancelled by the operator", r.Cancelled)
+	row("resolved succeeded by the operator", r.ResolvedSucceeded)
+	row("in_doubt settled by a later look-up", fmt.Sprintf("%d (%d found the effect)", r.InDoubtSettledByLookUp, r.InDoubtFoundByLookUp))
+	row("proven absent, sent again under a new key", r.ProvenAbsent)
+	row("in_doubt", fmt.Sprintf("%d (the provider had acted for %d); %d wait for an operator, %d still have a look-up scheduled", r.InDoubt, r.InDoubtActed, r.InDoubtForOperator, r.InDoubtRecheckScheduled))
+	row("Stripe intents left in_doubt", fmt.Sprintf("%.1f%%", 100*r.StripeInDoubtShare))
 	why := make([]string, 0, len(r.InDoubtWhy))
 	for k := range r.InDoubtWhy {
 		why = append(why, k)

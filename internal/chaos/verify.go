@@ -37,6 +37,9 @@ const (
 	// double answered this intent only after the call timeout, or that the
 	// client had gone by then.
 	WhySlowResponse = "response slower than the call timeout"
+	// WhyStreamReset: the attempt lost its answer, and the wire log shows
+	// the double reset the request's HTTP/2 stream after acting.
+	WhyStreamReset = "stream reset after the provider acted"
 	// WhyDiedDuringCall: the attempt's write-ahead was found open, and a
 	// dispatcher process died (SIGKILL, or an exit of its own) between the
 	// attempt's start and the moment it was found open, or a database
@@ -57,8 +60,12 @@ type evidence struct {
 	sendgrid     sendgriddouble.Stats
 	wire         map[string]map[int64][]WireRecord // by kind, then intent id
 	unattributed int                               // wire records without an intent id
-	deaths       []time.Time                       // dispatcher processes reaped after SIGKILL or an exit of their own, sorted
-	terminations []time.Time                       // backend termination rounds that terminated something, sorted
+	stripeObjs   []StripeObject                    // every PaymentIntent at the Stripe double, the other deployment's included
+	ourStripe    map[string]int                    // this deployment's PaymentIntents by intent id
+	storm        StormStats
+	resets       ResetStats
+	deaths       []time.Time // dispatcher processes reaped after SIGKILL or an exit of their own, sorted
+	terminations []time.Time // backend termination rounds that terminated something, sorted
 }
 
 // collect reads the doubles' records over HTTP.
@@ -67,10 +74,21 @@ func collect(ctx context.Context, a DoublesAddrs, deaths, terminations []time.Ti
 	if err := getJSON(ctx, a.StripeURL+"/_double/stats", &ev.stripe); err != nil {
 		return nil, err
 	}
-	if err := getJSON(ctx, a.SendGridURL+"/_double/stats", &ev.sendgrid); err != nil {
+	if err := getJSON(ctx, a.SendGridControlURL+"/_double/stats", &ev.sendgrid); err != nil {
 		return nil, err
 	}
-	for kind, url := range map[string]string{stripeprovider.KindPaymentIntent: a.StripeURL, sendgridprovider.KindEmail: a.SendGridURL} {
+	objs, err := stripeObjects(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	ev.stripeObjs, ev.ourStripe = objs, ourEffects(objs)
+	if err := getJSON(ctx, a.StripeURL+StormPath, &ev.storm); err != nil {
+		return nil, err
+	}
+	if err := getJSON(ctx, a.SendGridControlURL+ResetsPath, &ev.resets); err != nil {
+		return nil, err
+	}
+	for kind, url := range map[string]string{stripeprovider.KindPaymentIntent: a.StripeURL, sendgridprovider.KindEmail: a.SendGridControlURL} {
 		var recs []WireRecord
 		if err := getJSON(ctx, url+WirePath, &recs); err != nil {
 			return nil, err
@@ -95,7 +113,7 @@ func (ev *evidence) effects(kind string, id int64) int {
 	key := strconv.FormatInt(id, 10)
 	switch kind {
 	case stripeprovider.KindPaymentIntent:
-		return ev.stripe.EffectsByIntent[key]
+		return ev.ourStripe[key]
 	case sendgridprovider.KindEmail:
 		return ev.sendgrid.EffectsByIntent[key]
 	}
@@ -122,7 +140,17 @@ type intentRow struct {
 	MessageID    string
 	AttemptCount int
 	LastError    string
+	MayHaveActed bool
+	ProviderRef  string
+	RecheckDue   bool
+	// LastActor and LastTo are the intent's latest event's.
+	LastActor string
+	LastTo    string
 }
+
+// byOperator reports whether an operator, not a dispatcher, made the
+// intent's latest change of state.
+func (in intentRow) byOperator() bool { return strings.HasPrefix(in.LastActor, "operator:") }
 
 type attemptRow struct {
 	IntentID   int64
@@ -146,9 +174,18 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 		return fmt.Errorf("chaos: read intents: %w", err)
 	}
 	rep.Intents = len(all)
-	rep.Payments = ev.stripe.PaymentIntents
+	foreign := map[string]bool{}
+	for _, o := range ev.stripeObjs {
+		if o.foreign() {
+			foreign[o.ID] = true
+		}
+	}
+	rep.ForeignAtDouble = len(foreign)
+	rep.Payments = len(ev.stripeObjs) - len(foreign)
 	rep.Emails = ev.sendgrid.Emails
 	rep.Replays = ev.stripe.Replays
+	rep.StormAnswered = ev.storm.Answered
+	rep.StreamResets, rep.SendGridHTTP2 = ev.resets.Resets, ev.resets.HTTP2
 	rep.FaultsInjected = map[string]int{}
 	for k, n := range ev.stripe.Faults {
 		rep.FaultsInjected["stripe "+string(k)] = n
@@ -165,21 +202,35 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	known := map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, sendgridprovider.KindEmail: {}}
 	var inDoubt []int64
 	byID := map[int64]intentRow{}
+	stripeIntents, stripeInDoubt := 0, 0
 	for _, in := range all {
 		byID[in.ID] = in
 		if known[in.Kind] != nil {
 			known[in.Kind][strconv.FormatInt(in.ID, 10)] = true
+		}
+		if in.Kind == stripeprovider.KindPaymentIntent {
+			stripeIntents++
 		}
 		n := ev.effects(in.Kind, in.ID)
 		if n > 1 {
 			rep.DuplicateEffects++
 			problem("intent %d (%s) took effect %d times at the double", in.ID, in.Kind, n)
 		}
+		if in.MayHaveActed && in.AttemptCount >= cfg.MaxAttempts {
+			rep.BudgetSpentMayHaveActed++
+		}
 		switch in.State {
 		case "succeeded":
 			rep.Succeeded++
+			if in.byOperator() {
+				rep.ResolvedSucceeded++
+			}
 			if n != 1 {
 				problem("intent %d (%s) succeeded with %d effects at the double, want exactly 1", in.ID, in.Kind, n)
+			}
+			if foreign[in.ProviderRef] {
+				rep.AdoptedForeign++
+				problem("intent %d (%s) succeeded with another deployment's PaymentIntent %s", in.ID, in.Kind, in.ProviderRef)
 			}
 		case "in_doubt":
 			rep.InDoubt++
@@ -187,9 +238,36 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 			if n == 1 {
 				rep.InDoubtActed++
 			}
+			if in.Kind == stripeprovider.KindPaymentIntent {
+				stripeInDoubt++
+			}
+			if in.RecheckDue {
+				rep.InDoubtRecheckScheduled++
+			} else {
+				rep.InDoubtForOperator++
+			}
 		case "failed":
 			rep.Failed++
-			problem("intent %d (%s) failed after %d attempts: %s", in.ID, in.Kind, in.AttemptCount, in.LastError)
+			switch {
+			case in.byOperator():
+				rep.ResolvedFailed++
+				if n != 0 {
+					problem("intent %d (%s) was resolved failed by the operator, yet has %d effects at the double", in.ID, in.Kind, n)
+				}
+			case n != 0 || in.MayHaveActed:
+				problem("intent %d (%s) failed after %d attempts though it may have acted (%d effects at the double): %s",
+					in.ID, in.Kind, in.AttemptCount, n, in.LastError)
+			case in.AttemptCount >= cfg.MaxAttempts:
+				rep.FailedBudget++
+			}
+		case "cancelled":
+			rep.Cancelled++
+			if !in.byOperator() {
+				problem("intent %d (%s) ended cancelled, which no operator asked for", in.ID, in.Kind)
+			}
+			if n != 0 {
+				problem("intent %d (%s) was cancelled, yet has %d effects at the double", in.ID, in.Kind, n)
+			}
 		case "pending", "dispatching":
 			rep.Lost++
 			problem("intent %d (%s) still %s after the drain", in.ID, in.Kind, in.State)
@@ -197,10 +275,16 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 			problem("intent %d (%s) ended %s, which nobody asked for", in.ID, in.Kind, in.State)
 		}
 	}
-	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.stripe.EffectsByIntent, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
+	if stripeIntents > 0 {
+		rep.StripeInDoubtShare = float64(stripeInDoubt) / float64(stripeIntents)
+	}
+	if err := pool.QueryRow(ctx, inDoubtEventsSQL).Scan(&rep.InDoubtSettledByLookUp, &rep.InDoubtFoundByLookUp, &rep.ProvenAbsent); err != nil {
+		return fmt.Errorf("chaos: count look-ups: %w", err)
+	}
+	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.ourStripe, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
 		for id, n := range byIntent {
 			if !known[kind][id] {
-				problem("the %s double performed %d effects for intent %s, which is not a %s intent in the database", kind, n, id, kind)
+				problem("the %s double performed %d effects for intent %q, which is not a %s intent in the database", kind, n, id, kind)
 			}
 		}
 	}
@@ -211,10 +295,12 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	for name, c := range map[string]struct {
 		total    int
 		byIntent map[string]int
-	}{"Stripe": {ev.stripe.PaymentIntents, ev.stripe.EffectsByIntent}, "SendGrid": {ev.sendgrid.Emails, ev.sendgrid.EffectsByIntent}} {
+	}{"Stripe": {rep.Payments, ev.ourStripe}, "SendGrid": {ev.sendgrid.Emails, ev.sendgrid.EffectsByIntent}} {
 		sum := 0
-		for _, n := range c.byIntent {
-			sum += n
+		for id, n := range c.byIntent {
+			if id != "" {
+				sum += n
+			}
 		}
 		if sum != c.total {
 			problem("the %s double performed %d effects, of which only %d carry an intent id", name, c.total, sum)
@@ -226,7 +312,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	}
 
 	var markers, markersWrong, intentsWithoutMarker, orders, ordersTwice, markersWithoutOrder int
-	if err := pool.QueryRow(ctx, consistencySQL, ConsumerName, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail).
+	if err := pool.QueryRow(ctx, consistencySQL, Consumers, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail).
 		Scan(&markers, &markersWrong, &intentsWithoutMarker, &orders, &ordersTwice, &markersWithoutOrder, &rep.ReplayedAttempts, &rep.Reconciled); err != nil {
 		return fmt.Errorf("chaos: consistency: %w", err)
 	}
@@ -290,7 +376,9 @@ func explainInDoubt(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evi
 		default:
 			for _, w := range wire {
 				switch {
-				case w.Dropped:
+				case w.Reset:
+					why = WhyStreamReset
+				case w.Dropped && why != WhyStreamReset:
 					why = WhyLostResponse
 				case why == "" && w.Ambiguous(cfg.CallTimeout):
 					why = WhySlowResponse

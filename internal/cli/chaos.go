@@ -20,19 +20,27 @@ server at --database-url (dropped afterwards unless --keep-database):
 
   - the Stripe and SendGrid doubles run in a process of their own and lose
     responses, answer 500 before and after acting, rate-limit, and hold
-    responses longer than the call timeout;
+    responses longer than the call timeout; Stripe has 503 storms that
+    spend the attempt budget, and already holds another deployment's
+    PaymentIntents; SendGrid speaks HTTP/2 over TLS and resets some
+    streams after accepting the email;
   - --dispatchers 'outboxd run' processes (this executable) work one
     database; a random one is killed with SIGKILL about every --kill-every
     and a new one started; random PostgreSQL backends of the database are
     terminated about every --backend-kill-every;
   - an at-least-once driver delivers messages, with sequential and
-    concurrent duplicates, each recording a payment and an email.
+    concurrent duplicates, each recording a payment and an email; some ids
+    contain ':', '%' and '~' or are as long as allowed;
+  - an operator cancels, resends and resolves random intents.
 
 After --duration the chaos stops and the dispatchers drain. The report is
 judged from the doubles' own records: no effect twice, every succeeded
-intent exactly once, no intent lost, every in_doubt intent backed by
-evidence that its attempt was really ambiguous, every processed marker with
-its intents. Exits 1 on any violation.
+intent exactly once and with its own object, no intent lost, no intent that
+may have acted failed, every in_doubt intent backed by evidence that its
+attempt was really ambiguous, every processed marker with its intents. The
+report counts the in_doubt intents settled by a later look-up, those sent
+again after a consistent read proved absence, those left for an operator,
+and the share of Stripe intents left in_doubt. Exits 1 on any violation.
 
 Use a long --duration (e.g. 10m) for a soak.`, env)
 	var dbURL string
@@ -51,6 +59,8 @@ Use a long --duration (e.g. 10m) for a soak.`, env)
 	logDir := fs.String("log-dir", "", "directory to write every process's output to (dispatcher-N.log, doubles.log)")
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout (progress still goes to stderr)")
 	serveDoubles := fs.Bool("serve-doubles", false, "internal: serve the suite's doubles (uses --seed, --fault-rate, --call-timeout), print their addresses as JSON, and wait for SIGTERM")
+	holdFaults := fs.Bool("hold-faults", false, "internal: with --serve-doubles, inject no fault until the suite posts to "+chaos.StartPath)
+	sendgridTLS := fs.Bool("sendgrid-tls", false, "internal: with --serve-doubles, serve the SendGrid double over TLS and HTTP/2 (self-signed) and reset some streams after accepting the email")
 	var logs logFlags
 	logs.register(fs)
 	logs.level = "warn"
@@ -66,7 +76,7 @@ Use a long --duration (e.g. 10m) for a soak.`, env)
 	if *serveDoubles {
 		ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		return chaos.ServeDoubles(ctx, chaos.DoublesConfig{Seed: *seed, FaultRate: *faultRate, DelayFor: chaos.DelayFor(*callTimeout)},
+		return chaos.ServeDoubles(ctx, chaos.DoublesConfig{Seed: *seed, FaultRate: *faultRate, DelayFor: chaos.DelayFor(*callTimeout), HoldFaults: *holdFaults, SendGridTLS: *sendgridTLS},
 			func(a chaos.DoublesAddrs) { _ = json.NewEncoder(env.Stdout).Encode(a) })
 	}
 	for name, d := range map[string]time.Duration{"duration": *duration, "kill-every": *killEvery, "backend-kill-every": *backendKillEvery, "drain-timeout": *drainTimeout} {

@@ -62,6 +62,10 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	sweepInterval := fs.Duration("sweep-interval", dispatcher.DefaultSweepInterval, "how often the leader re-enqueues stranded intents")
 	rescueAfter := fs.Duration("rescue-after", 0, "how long a job may run before it is presumed dead (a killed dispatcher) and rescued; default 2×call-timeout+65s")
 	fetchCooldown := fs.Duration("fetch-cooldown", 0, "shortest pause between job fetches (River's FetchCooldown); lower means lower latency and more queries; 0 keeps the default, "+dispatcher.DefaultFetchCooldown.String())
+	recheckDelay := fs.Duration("recheck-delay", dispatcher.DefaultRecheckDelay, "how long after an in_doubt verdict whose look-up proved nothing the provider is asked again; each later look-up waits twice as long")
+	maxRechecks := fs.Int("max-rechecks", dispatcher.DefaultMaxRechecks, "look-ups of an in_doubt intent before it waits for an operator; negative: never look up again")
+	recheckInterval := fs.Duration("recheck-interval", dispatcher.DefaultRecheckInterval, "how often the leader looks for in_doubt intents whose look-up is due")
+	absenceSettleTime := fs.Duration("absence-settle-time", dispatcher.DefaultAbsenceSettleTime, "how long after an attempt that got no final answer a consistent read that finds nothing proves absence (the request may still be executing at the provider before then)")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long shutdown waits for attempts in flight")
 	dedupWindow := fs.Duration("dedup-window", dispatcher.DefaultDedupWindow, "how long processed markers are kept: a message redelivered later is handled as new; at least max-attempts × retry-backoff-max")
 	auditRetention := fs.Duration("audit-retention", dispatcher.DefaultAuditRetention, "how long succeeded, failed and cancelled intents are kept after they finish, with their attempts and events (in_doubt and unfinished ones are kept until they finish)")
@@ -113,6 +117,10 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 		FetchCooldown:        *fetchCooldown,
 		DedupWindow:          *dedupWindow,
 		AuditRetention:       *auditRetention,
+		RecheckDelay:         *recheckDelay,
+		MaxRechecks:          *maxRechecks,
+		RecheckInterval:      *recheckInterval,
+		AbsenceSettleTime:    *absenceSettleTime,
 		Logger:               logger,
 	}
 	if err := cfg.Validate(); err != nil {

@@ -50,6 +50,16 @@ func NewUnkeyedHTTPTransport() *http.Transport {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	t.Protocols = &p
+	// Offer only HTTP/1.1 in ALPN. A clone of http.DefaultTransport that
+	// was used before carries "h2" in its TLS config's NextProtos; offered,
+	// a server that speaks HTTP/2 (SendGrid's API does) would pick it, and
+	// this transport would then talk HTTP/1 on an HTTP/2 connection.
+	if t.TLSClientConfig != nil {
+		t.TLSClientConfig = t.TLSClientConfig.Clone()
+	} else {
+		t.TLSClientConfig = &tls.Config{}
+	}
+	t.TLSClientConfig.NextProtos = []string{"http/1.1"}
 	return t
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -392,6 +393,33 @@ func TestNewUnkeyedHTTPTransportIsHTTP1Only(t *testing.T) {
 	}
 	if keyed := providers.NewHTTPTransport(); !keyed.ForceAttemptHTTP2 {
 		t.Fatal("NewHTTPTransport no longer attempts HTTP/2")
+	}
+}
+
+// Against a TLS server configured for HTTP/2 and HTTP/1.1, the transport
+// for providers without a key says in ALPN that it speaks HTTP/1.1 only: a
+// client that offers no protocol can be answered in HTTP/2, which an
+// HTTP/1-only transport reads as a malformed response.
+func TestUnkeyedTransportNegotiatesHTTP1WithAnHTTP2Server(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, r.Proto)
+	}))
+	srv.TLS = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
+	srv.StartTLS()
+	defer srv.Close()
+
+	tr := providers.NewUnkeyedHTTPTransport()
+	tr.TLSClientConfig.RootCAs = srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	client := providers.UnkeyedClient(&http.Client{Transport: tr, Timeout: 10 * time.Second})
+	resp, err := client.Post(srv.URL, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if string(body) != "HTTP/1.1" {
+		t.Fatalf("the server saw %q, want HTTP/1.1", body)
 	}
 }
 

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/audit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"

@@ -409,9 +409,9 @@ func TestValidateLimits(t *testing.T) {
 		string(manyJSON): "metadata",
 		`{"amount": 100, "currency": "usd", "metadata": {"` + strings.Repeat("x", 41) + `": "v"}}`:  "metadata." + strings.Repeat("x", 41),
 		`{"amount": 100, "currency": "usd", "metadata": {"k": "` + strings.Repeat("v", 501) + `"}}`: "metadata.k",
-		`{"amount": 100000000, "currency": "usd"}`:                                                "amount",
-		`{"amount": 1, "currency": "usd", "confirm": "yes"}`:                                      "confirm",
-		`{"amount": 1, "currency": "usd"} {}`:                                                     "",
+		`{"amount": 100000000, "currency": "usd"}`:                                                  "amount",
+		`{"amount": 1, "currency": "usd", "confirm": "yes"}`:                                        "confirm",
+		`{"amount": 1, "currency": "usd"} {}`:                                                       "",
 	} {
 		err := p.Validate(stripeprovider.KindPaymentIntent, json.RawMessage(payload))
 		var pe *providers.PayloadError

@@ -78,6 +78,44 @@ func TestStripeMockAcceptsOurRequests(t *testing.T) {
 		}
 	})
 
+	// Every combination of the charge parameters the adapter sends: the
+	// redirect-free default, off session, manual capture, saving the
+	// payment method, payment_method_types, and automatic payment methods
+	// with a return_url.
+	t.Run("PerformEveryChargeCombination", func(t *testing.T) {
+		for i, payload := range acceptedCharges {
+			r := req
+			r.IdempotencyKey = "ns-stripemock:combination-" + strconv.Itoa(i)
+			r.Payload = json.RawMessage(payload)
+			mustAccept(t, p, r)
+			form := rec.last(t, http.MethodPost, "/v1/payment_intents").params
+			var pl map[string]any
+			if err := json.Unmarshal([]byte(payload), &pl); err != nil {
+				t.Fatal(err)
+			}
+			for k := range pl {
+				if k == "payment_method_types" {
+					k = "payment_method_types[0]"
+				}
+				if k == "automatic_payment_methods" {
+					k = "automatic_payment_methods[enabled]"
+				}
+				if !form.Has(k) {
+					t.Errorf("%s: the request lacks %q; sent %v", payload, k, form)
+				}
+			}
+			if _, given := pl["automatic_payment_methods"]; pl["confirm"] == true && !given && pl["payment_method_types"] == nil {
+				if form.Get("automatic_payment_methods[enabled]") != "true" || form.Get("automatic_payment_methods[allow_redirects]") != "never" {
+					t.Errorf("%s: no redirect-free default; sent %v", payload, form)
+				}
+			}
+		}
+		// stripe-mock refuses an unknown value where the spec has an enum.
+		if status, body := rawPost(t, mock.String()+"/v1/payment_intents", "amount=2000&currency=usd&capture_method=later"); status != http.StatusBadRequest {
+			t.Errorf("capture_method=later: %d %s", status, body)
+		}
+	})
+
 	t.Run("ReconcileList", func(t *testing.T) {
 		// stripe-mock's fixture carries no metadata, so it is not the
 		// intent's: the (one page) listing proves absence.

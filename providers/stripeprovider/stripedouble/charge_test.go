@@ -1,10 +1,13 @@
 package stripedouble_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+
+	stripe "github.com/stripe/stripe-go/v76"
 
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
@@ -114,5 +117,57 @@ func TestAuthFailureModes(t *testing.T) {
 	}
 	if resp, body := postForm(t, d, stripedouble.DefaultAPIKey, "k", charge+"&payment_method_types[0]=card"); resp.StatusCode != 200 {
 		t.Fatalf("after AuthOK: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestCaptureOnlyWhatIsAuthorised(t *testing.T) {
+	d := start(t, stripedouble.Config{})
+	api := sdk(d, stripedouble.DefaultAPIKey)
+	ctx := context.Background()
+
+	manual := params(ctx, "auth", 1, 2000)
+	manual.CaptureMethod = stripe.String("manual")
+	pi, err := api.PaymentIntents.New(manual)
+	if err != nil || pi.Status != stripe.PaymentIntentStatusRequiresCapture || pi.AmountCapturable != 2000 {
+		t.Fatalf("authorisation: %+v, %v", pi, err)
+	}
+	// More than was authorised: refused.
+	cp := &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(2001)}
+	cp.SetIdempotencyKey("capture-1")
+	if _, err := api.PaymentIntents.Capture(pi.ID, cp); stripeErr(t, err).HTTPStatusCode != 400 {
+		t.Fatalf("over-capture: %v", err)
+	}
+	// Not saved: the key captures with a valid amount, and replays it.
+	cp = &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(1500)}
+	cp.SetIdempotencyKey("capture-1")
+	captured, err := api.PaymentIntents.Capture(pi.ID, cp)
+	if err != nil || captured.Status != stripe.PaymentIntentStatusSucceeded || captured.AmountReceived != 1500 || captured.AmountCapturable != 0 {
+		t.Fatalf("capture: %+v, %v", captured, err)
+	}
+	again, err := api.PaymentIntents.Capture(pi.ID, cp)
+	if err != nil || again.LastResponse.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %+v, %v", again, err)
+	}
+	// A second capture under another key: the PaymentIntent is succeeded.
+	cp = &stripe.PaymentIntentCaptureParams{}
+	cp.SetIdempotencyKey("capture-2")
+	_, err = api.PaymentIntents.Capture(pi.ID, cp)
+	se := stripeErr(t, err)
+	if se.HTTPStatusCode != 400 || se.Code != "payment_intent_unexpected_state" || !strings.Contains(se.Msg, "status of succeeded") ||
+		se.PaymentIntent == nil || se.PaymentIntent.Status != stripe.PaymentIntentStatusSucceeded {
+		t.Fatalf("second capture: %+v", se)
+	}
+	// A charge captured at once cannot be captured either.
+	charged, err := api.PaymentIntents.New(params(ctx, "charge", 2, 2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp = &stripe.PaymentIntentCaptureParams{}
+	cp.SetIdempotencyKey("capture-3")
+	if _, err := api.PaymentIntents.Capture(charged.ID, cp); stripeErr(t, err).Code != "payment_intent_unexpected_state" {
+		t.Fatalf("capture of an automatic charge: %v", err)
+	}
+	if got := d.PaymentIntents(); got[0].AmountReceived != 1500 || got[0].Status != "succeeded" || got[1].Status != "succeeded" {
+		t.Fatalf("double holds %+v", got)
 	}
 }

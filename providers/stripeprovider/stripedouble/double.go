@@ -21,6 +21,10 @@
 // after its creation, on Config.Now, so a test can show search missing what
 // listing finds.
 //
+// POST /v1/payment_intents/{id}/capture captures an authorised
+// PaymentIntent (requires_capture) and refuses, as Stripe does, to capture
+// one in any other state.
+//
 // Faults from package fault are injected into POST /v1/payment_intents, one
 // per request, and interpreted the way Stripe would show them (see
 // Server.Handler). The double counts the PaymentIntents it created per intent
@@ -150,6 +154,9 @@ type PaymentIntent struct {
 	// had none. AmountCapturable is what a capture may still take.
 	CaptureMethod    string
 	AmountCapturable int64
+	// AmountReceived is what was captured: the amount when charged at
+	// once, amount_to_capture after a manual capture.
+	AmountReceived int64
 	// OffSession is the request's off_session; SetupFutureUsage and
 	// ReturnURL its setup_future_usage and return_url, or empty.
 	OffSession       bool
@@ -283,6 +290,7 @@ func newServer(cfg Config) *Server {
 	mux.HandleFunc("GET /v1/payment_intents", s.handleList)
 	mux.HandleFunc("GET /v1/payment_intents/search", s.handleSearch)
 	mux.HandleFunc("GET /v1/payment_intents/{id}", s.handleGet)
+	mux.HandleFunc("POST /v1/payment_intents/{id}/capture", s.handleCapture)
 	mux.HandleFunc("GET /_double/stats", s.handleStats)
 	mux.HandleFunc("/", s.handleUnknown)
 	s.handler = mux
@@ -1088,6 +1096,9 @@ func (pi *PaymentIntent) wire() map[string]any {
 	switch pi.Status {
 	case "succeeded":
 		m["amount_received"] = pi.Amount
+		if pi.AmountReceived != 0 {
+			m["amount_received"] = pi.AmountReceived
+		}
 		m["latest_charge"] = chargeID(pi.ID)
 	case "requires_capture", "processing":
 		m["latest_charge"] = chargeID(pi.ID)
@@ -1110,6 +1121,103 @@ func (pi *PaymentIntent) wire() map[string]any {
 		}
 	}
 	return m
+}
+
+// ---- POST /v1/payment_intents/{id}/capture ----
+
+// handleCapture captures an authorised PaymentIntent (requires_capture),
+// optionally for less (amount_to_capture), honouring Idempotency-Key like
+// a create: a success is saved and replayed; a refusal (the PaymentIntent
+// is not in requires_capture, already captured included, or the amount is
+// too large) is a 400 payment_intent_unexpected_state or
+// amount_too_large, not saved. Faults are not injected here.
+func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
+	s.countRequest()
+	reqID := newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+		return
+	}
+	form := r.PostForm
+	id := r.PathValue("id")
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	var claim *idemstore.Claim[savedResponse]
+	if key != "" {
+		c, outcome, saved := s.keys.Begin(key, r.URL.Path+"?"+form.Encode(), s.now())
+		switch outcome {
+		case idemstore.Fresh:
+			claim = c
+		case idemstore.InFlight:
+			s.writeError(w, r, reqID, http.StatusConflict, apiError{Type: "invalid_request_error", Code: "idempotency_key_in_use",
+				Message: "There is currently another in-progress request using this idempotent key: " + key + ". Please try again later."})
+			return
+		case idemstore.Mismatch:
+			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "idempotency_error",
+				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with, and for the same endpoint. Try using a key other than '" + key + "' if you meant to execute a different request."})
+			return
+		case idemstore.Saved:
+			s.mu.Lock()
+			s.replays++
+			s.mu.Unlock()
+			s.replay(w, r, reqID, saved, fault.Fault{})
+			return
+		}
+	}
+	refuse := func(status int, e apiError) {
+		if claim != nil {
+			claim.Release()
+		}
+		s.writeError(w, r, reqID, status, e)
+	}
+	for k := range form {
+		if k != "amount_to_capture" && !strings.HasPrefix(k, "expand[") && !strings.HasPrefix(k, "metadata[") {
+			refuse(http.StatusBadRequest, *invalid(k, "parameter_unknown", "Received unknown parameter: "+k))
+			return
+		}
+	}
+	s.mu.Lock()
+	pi, ok := s.byID[id]
+	if !ok {
+		s.mu.Unlock()
+		refuse(http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
+			Message: "No such payment_intent: '" + id + "'"})
+		return
+	}
+	if pi.Status != "requires_capture" {
+		wire := pi.wire()
+		status := pi.Status
+		s.mu.Unlock()
+		refuse(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
+			Message:       "This PaymentIntent could not be captured because it has a status of " + status + ". Only a PaymentIntent with one of the following statuses may be captured: requires_capture.",
+			DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
+			PaymentIntent: wire})
+		return
+	}
+	amount := pi.AmountCapturable
+	if v := form.Get("amount_to_capture"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 || n > pi.AmountCapturable {
+			capturable := pi.AmountCapturable
+			s.mu.Unlock()
+			refuse(http.StatusBadRequest, *invalid("amount_to_capture", "amount_too_large",
+				fmt.Sprintf("The amount_to_capture must be a positive integer no greater than the amount_capturable (%d).", capturable)))
+			return
+		}
+		amount = n
+	}
+	pi.Status = "succeeded"
+	pi.AmountReceived = amount
+	pi.AmountCapturable = 0
+	body, _ := json.Marshal(pi.wire())
+	s.mu.Unlock()
+	resp := savedResponse{status: http.StatusOK, body: body, requestID: reqID}
+	if claim != nil {
+		claim.Finish(resp)
+	}
+	s.write(w, r, reqID, resp.status, resp.body)
 }
 
 // ---- GET /v1/payment_intents/{id} ----

@@ -9,6 +9,14 @@
 // taking into account that Stripe saves and replays a POST's 500 under its key
 // (so a 500 is ambiguous, not retryable).
 //
+// A confirmed charge succeeds only when Stripe charged (succeeded) or
+// authorised it (requires_capture, with capture_method manual); a
+// background charge (confirm and off_session) that names no payment method
+// choice is sent with automatic_payment_methods[enabled]=true and
+// allow_redirects=never, so that it can never need a redirect. Payloads
+// Stripe would refuse (amounts under a currency's minimum, parameter
+// combinations it rejects) are refused by Validate when recorded.
+//
 // Reconcile lists PaymentIntents (GET /v1/payment_intents, strongly
 // consistent) by customer and creation window and keeps only those carrying
 // the intent's namespace and key, so it never adopts another deployment's

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/mail"
 	"strings"
+	"time"
 
 	"github.com/outboxkit/outbox/providers"
 )
@@ -21,6 +22,9 @@ const (
 	// refuses custom_args of 10,000 bytes or more; the adapter keeps 1,000
 	// bytes of that for the intent's identity it adds.
 	MaxCustomArgsBytes = 9000
+	// MaxSendAtAhead is how far ahead send_at may schedule an email,
+	// measured on Config.Now when the intent is recorded and performed.
+	MaxSendAtAhead = 72 * time.Hour
 	// MaxIdentityBytes bounds a request's namespace and idempotency key
 	// together, so that they fit the room MaxCustomArgsBytes leaves.
 	// Perform refuses, without sending, a request whose identity is longer:
@@ -50,7 +54,8 @@ const (
 // reservedArgs lists the custom_args keys payloads may not use.
 var reservedArgs = []string{ArgNamespace, ArgKey, ArgIntentID, ArgIdempotencyKey}
 
-// Address is an email address with an optional display name.
+// Address is an email address with an optional display name. SendGrid
+// refuses a recipient's name containing ',' or ';'.
 type Address struct {
 	Email string `json:"email"`
 	Name  string `json:"name,omitempty"`
@@ -76,8 +81,8 @@ type Email struct {
 	// Text and HTML are the bodies; at least one is required.
 	Text string `json:"text,omitempty"`
 	HTML string `json:"html,omitempty"`
-	// Categories are optional, at most MaxCategories of at most
-	// MaxCategoryLength bytes each.
+	// Categories are optional, at most MaxCategories distinct ones of at
+	// most MaxCategoryLength bytes each, in printable ASCII.
 	Categories []string `json:"categories,omitempty"`
 	// CustomArgs are optional tracking arguments, shown in SendGrid's
 	// activity feed and webhooks (SendGrid does not treat them as personal
@@ -85,22 +90,25 @@ type Email struct {
 	// and ArgIdempotencyKey are reserved.
 	CustomArgs map[string]string `json:"custom_args,omitempty"`
 	// SendAt optionally schedules the email (Unix seconds). SendGrid
-	// refuses a time more than 72 hours after the attempt.
+	// refuses a time more than MaxSendAtAhead after the attempt; Validate
+	// refuses it against Config.Now when the intent is recorded.
 	SendAt int64 `json:"send_at,omitempty"`
 }
 
-func decodeEmail(payload json.RawMessage) (*Email, error) {
+// decodeEmail decodes and validates a payload; now is the provider's clock,
+// for send_at.
+func decodeEmail(payload json.RawMessage, now time.Time) (*Email, error) {
 	var e Email
 	if err := providers.DecodePayload(KindEmail, payload, &e); err != nil {
 		return nil, err
 	}
-	if err := e.validate(); err != nil {
+	if err := e.validate(now); err != nil {
 		return nil, err
 	}
 	return &e, nil
 }
 
-func (e *Email) validate() error {
+func (e *Email) validate(now time.Time) error {
 	bad := func(field, format string, args ...any) error {
 		return &providers.PayloadError{Kind: KindEmail, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -122,6 +130,9 @@ func (e *Email) validate() error {
 			field := fmt.Sprintf("%s[%d]", list.name, i)
 			if err := checkAddress(field, a); err != nil {
 				return err
+			}
+			if strings.ContainsAny(a.Name, ",;") {
+				return bad(field+".name", "must not contain ',' or ';': SendGrid refuses them in a recipient's name")
 			}
 			key := strings.ToLower(a.Email)
 			if first, dup := seen[key]; dup {
@@ -150,10 +161,19 @@ func (e *Email) validate() error {
 	if len(e.Categories) > MaxCategories {
 		return bad("categories", "has %d categories, more than %d", len(e.Categories), MaxCategories)
 	}
+	categories := map[string]int{}
 	for i, c := range e.Categories {
+		field := fmt.Sprintf("categories[%d]", i)
 		if c == "" || len(c) > MaxCategoryLength {
-			return bad(fmt.Sprintf("categories[%d]", i), "must be 1 to %d bytes long", MaxCategoryLength)
+			return bad(field, "must be 1 to %d bytes long", MaxCategoryLength)
 		}
+		if !printableASCII(c) {
+			return bad(field, "must be printable ASCII: SendGrid refuses other characters in categories")
+		}
+		if first, dup := categories[c]; dup {
+			return bad(field, "duplicates categories[%d]: SendGrid refuses a category listed twice", first)
+		}
+		categories[c] = i
 	}
 	for _, k := range reservedArgs {
 		if _, ok := e.CustomArgs[k]; ok {
@@ -169,6 +189,10 @@ func (e *Email) validate() error {
 	if e.SendAt < 0 {
 		return bad("send_at", "must be a Unix time in seconds")
 	}
+	if latest := now.Add(MaxSendAtAhead); e.SendAt > latest.Unix() {
+		return bad("send_at", "is %s ahead; SendGrid schedules at most %s ahead (send_at %d, latest %d)",
+			time.Unix(e.SendAt, 0).Sub(now).Round(time.Minute), MaxSendAtAhead, e.SendAt, latest.Unix())
+	}
 	return nil
 }
 
@@ -182,6 +206,7 @@ func checkAddress(field string, a Address) error {
 	if strings.ContainsAny(a.Name, "\r\n") {
 		return &providers.PayloadError{Kind: KindEmail, Field: field + ".name", Reason: "must not contain line breaks"}
 	}
+
 	return nil
 }
 
@@ -197,4 +222,14 @@ func validAddress(s string) bool {
 	}
 	local, domain, ok := strings.Cut(s, "@")
 	return ok && local != "" && domain != "" && len(local) <= 64
+}
+
+// printableASCII reports whether s holds only printable ASCII characters.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

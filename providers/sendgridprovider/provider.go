@@ -50,6 +50,12 @@ const (
 	mailSendPath = "/v3/mail/send"
 	messagesPath = "/v3/messages"
 
+	// CodeProviderAuth is the AttemptError Code of an attempt SendGrid
+	// refused for the account (401, 403 other than an unverified sender):
+	// OutcomeRetry with DidNotAct, so that a rolled key holds the queue
+	// instead of failing it.
+	CodeProviderAuth = "provider_auth"
+
 	// msgNoAPIKey is the failure of an attempt made without an API key.
 	msgNoAPIKey = "SENDGRID API key is not configured"
 )
@@ -84,8 +90,9 @@ type Config struct {
 	// and Reconcile returns providers.ErrReconcileUnsupported. When on,
 	// Reconcile can find an email but never proves one absent.
 	Reconcile bool
-	// Now is the clock used to turn X-RateLimit-Reset into a RetryAfter.
-	// Defaults to time.Now.
+	// Now is the clock used to turn X-RateLimit-Reset into a RetryAfter and
+	// to refuse a send_at more than MaxSendAtAhead ahead (Validate has no
+	// clock of its own). Defaults to time.Now.
 	Now func() time.Time
 }
 
@@ -192,7 +199,7 @@ func (p *Provider) Validate(kind string, payload json.RawMessage) error {
 	if kind != KindEmail {
 		return providers.UnknownKindError(kind)
 	}
-	_, err := decodeEmail(payload)
+	_, err := decodeEmail(payload, p.now())
 	return err
 }
 
@@ -208,6 +215,10 @@ func (p *Provider) Redact(kind string, payload json.RawMessage) json.RawMessage 
 // outcome:
 //   - 2xx: succeeded, ProviderRef is the X-Message-Id;
 //   - 429: OutcomeRetry after X-RateLimit-Reset (at least one second);
+//   - 401, and 403 except for an unverified from address: OutcomeRetry with
+//     DidNotAct and Code CodeProviderAuth (a revoked or expired key, a key
+//     without the mail.send scope, credits exhausted, a blocked account:
+//     nothing was sent, and the queue waits for the account to be fixed);
 //   - other 4xx: OutcomeFailed with SendGrid's message;
 //   - 5xx, or a timeout or lost connection after the request was written:
 //     OutcomeAmbiguous, since SendGrid may have queued the email;
@@ -225,7 +236,7 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 	if p.apiKey == "" {
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: msgNoAPIKey, DidNotAct: true}
 	}
-	email, err := decodeEmail(req.Payload)
+	email, err := decodeEmail(req.Payload, p.now())
 	if err != nil {
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: err.Error(), Err: err, DidNotAct: true}
 	}
@@ -270,6 +281,14 @@ func (p *Provider) statusError(resp *rest.Response) *providers.AttemptError {
 		e.Outcome = providers.OutcomeRetry
 		e.RetryAfter = p.retryAfter(http.Header(resp.Headers))
 		e.DidNotAct = true
+	case (status == http.StatusUnauthorized || status == http.StatusForbidden) && !senderRefused(resp):
+		// The account, not the email: a revoked or expired key, a key
+		// without the mail.send scope, credits exhausted, a temporary
+		// block. Nothing was queued; once fixed, the same email goes out.
+		e.Outcome = providers.OutcomeRetry
+		e.DidNotAct = true
+		e.Code = CodeProviderAuth
+		e.Message = fmt.Sprintf("SendGrid refused the account (HTTP %d): fix the SendGrid credentials (Config.APIKey, its mail.send scope) or the account's standing; the email is retried. SendGrid: %s", status, e.Message)
 	case status >= 400 && status < 500:
 		e.Outcome = providers.OutcomeFailed
 		// Refused at the door (validation, auth, size): nothing queued.
@@ -283,6 +302,29 @@ func (p *Provider) statusError(resp *rest.Response) *providers.AttemptError {
 		e.Outcome = providers.OutcomeAmbiguous
 	}
 	return e
+}
+
+// senderRefused reports whether a 403 is about the email's from address
+// (not a verified Sender Identity): a problem of this email's payload,
+// which fails, not of the account. SendGrid names the field "from".
+func senderRefused(resp *rest.Response) bool {
+	if resp.StatusCode != http.StatusForbidden {
+		return false
+	}
+	var body struct {
+		Errors []struct {
+			Field *string `json:"field"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal([]byte(resp.Body), &body) != nil {
+		return false
+	}
+	for _, e := range body.Errors {
+		if e.Field != nil && (*e.Field == "from" || strings.HasPrefix(*e.Field, "from.")) {
+			return true
+		}
+	}
+	return false
 }
 
 // transportError classifies an error that ended a call without a response.
@@ -425,7 +467,7 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	if req.Kind != KindEmail {
 		return providers.Result{}, false, providers.UnknownKindError(req.Kind)
 	}
-	email, err := decodeEmail(req.Payload)
+	email, err := decodeEmail(req.Payload, p.now())
 	if err != nil {
 		return providers.Result{}, false, fmt.Errorf("sendgridprovider: cannot reconcile an intent whose payload is invalid: %w", err)
 	}

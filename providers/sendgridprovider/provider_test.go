@@ -103,6 +103,7 @@ func TestClassification(t *testing.T) {
 		status  int
 		effects int
 		message string
+		now     func() time.Time
 	}{
 		{name: "500 before acting", fault: &fault.Fault{Kind: fault.ErrorBefore}, outcome: providers.OutcomeAmbiguous, status: 500},
 		{name: "503 before acting", fault: &fault.Fault{Kind: fault.ErrorBefore, Status: 503}, outcome: providers.OutcomeAmbiguous, status: 503},
@@ -110,9 +111,12 @@ func TestClassification(t *testing.T) {
 		{name: "502 after acting", fault: &fault.Fault{Kind: fault.ErrorAfter, Status: 502}, outcome: providers.OutcomeAmbiguous, status: 502, effects: 1},
 		{name: "lost response", fault: &fault.Fault{Kind: fault.LoseResponse}, outcome: providers.OutcomeAmbiguous, effects: 1},
 		{name: "429", fault: &fault.Fault{Kind: fault.RateLimit}, outcome: providers.OutcomeRetry, status: 429, message: "too many requests"},
-		{name: "400 send_at too far", payload: fmt.Sprintf(`{"from":{"email":"shop@example.com"},"to":[{"email":"a@example.com"}],"subject":"s","text":"t","send_at":%d}`, time.Now().Add(100*time.Hour).Unix()),
+		// The provider's clock runs 48 hours ahead of SendGrid's, so it
+		// takes a send_at SendGrid refuses.
+		{name: "400 send_at too far", now: func() time.Time { return time.Now().Add(48 * time.Hour) },
+			payload: fmt.Sprintf(`{"from":{"email":"shop@example.com"},"to":[{"email":"a@example.com"}],"subject":"s","text":"t","send_at":%d}`, time.Now().Add(100*time.Hour).Unix()),
 			outcome: providers.OutcomeFailed, status: 400, message: "The send_at parameter cannot be scheduled more than 72 hours in advance."},
-		{name: "401", apiKey: "SG.wrong", outcome: providers.OutcomeFailed, status: 401, message: "The provided authorization grant is invalid, expired, or revoked"},
+		{name: "401", apiKey: "SG.wrong", outcome: providers.OutcomeRetry, status: 401, message: "The provided authorization grant is invalid, expired, or revoked"},
 		{name: "403 unverified sender", payload: `{"from":{"email":"` + sendgriddouble.UnverifiedSender + `"},"to":[{"email":"a@example.com"}],"subject":"s","text":"t"}`,
 			outcome: providers.OutcomeFailed, status: 403, message: "The from address does not match a verified Sender Identity"},
 		{name: "404", fault: &fault.Fault{Kind: fault.ErrorBefore, Status: 404}, outcome: providers.OutcomeFailed, status: 404, message: "not found"},
@@ -125,7 +129,7 @@ func TestClassification(t *testing.T) {
 			if c.fault != nil {
 				s.Faults().Push(*c.fault)
 			}
-			p := newProvider(t, sendgridprovider.Config{BaseURL: s.URL(), APIKey: c.apiKey})
+			p := newProvider(t, sendgridprovider.Config{BaseURL: s.URL(), APIKey: c.apiKey, Now: c.now})
 			body := payload
 			if c.payload != "" {
 				body = c.payload

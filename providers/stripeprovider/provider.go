@@ -9,6 +9,14 @@
 // taking into account that Stripe saves and replays a POST's 500 under its key
 // (so a 500 is ambiguous, not retryable).
 //
+// A confirmed charge succeeds only when Stripe charged (succeeded) or
+// authorised it (requires_capture, with capture_method manual); a
+// background charge (confirm and off_session) that names no payment method
+// choice is sent with automatic_payment_methods[enabled]=true and
+// allow_redirects=never, so that it can never need a redirect. Payloads
+// Stripe would refuse (amounts under a currency's minimum, parameter
+// combinations it rejects) are refused by Validate when recorded.
+//
 // Reconcile lists PaymentIntents (GET /v1/payment_intents, strongly
 // consistent) by customer and creation window and keeps only those carrying
 // the intent's namespace and key, so it never adopts another deployment's
@@ -90,6 +98,11 @@ const (
 	// Reconcile lists, when Config.ReconcileMaxPages is 0. A listing cut
 	// short by the bound proves nothing (providers.ErrAbsenceNotProven).
 	DefaultReconcileMaxPages = 10
+	// CodeProviderAuth is the AttemptError Code of an attempt Stripe
+	// refused for the account's credentials (401, 403): OutcomeRetry with
+	// DidNotAct, so that a rolled key holds the queue instead of failing it.
+	CodeProviderAuth = "provider_auth"
+
 	// listPageSize is how many PaymentIntents Reconcile asks for per page,
 	// Stripe's maximum.
 	listPageSize = 100
@@ -241,6 +254,37 @@ type PaymentIntentPayload struct {
 	ReceiptEmail string `json:"receipt_email,omitempty"`
 	// StatementDescriptorSuffix is at most 22 characters. Optional.
 	StatementDescriptorSuffix string `json:"statement_descriptor_suffix,omitempty"`
+	// OffSession marks a charge made while the customer is not present (a
+	// background charge): Stripe then fails it with 402
+	// authentication_required instead of asking the customer to
+	// authenticate. It requires Confirm.
+	OffSession *bool `json:"off_session,omitempty"`
+	// CaptureMethod is "automatic" (Stripe's default), "automatic_async" or
+	// "manual". A manual capture only authorises: the PaymentIntent waits in
+	// requires_capture until captured (within 7 days for most cards).
+	CaptureMethod string `json:"capture_method,omitempty"`
+	// PaymentMethodTypes lists the payment method types the PaymentIntent
+	// may use ("card"). Not with AutomaticPaymentMethods.
+	PaymentMethodTypes []string `json:"payment_method_types,omitempty"`
+	// AutomaticPaymentMethods lets Stripe use the payment methods enabled
+	// in the Dashboard. Not with PaymentMethodTypes.
+	//
+	// When Confirm is true and neither AutomaticPaymentMethods nor
+	// PaymentMethodTypes is given, Perform sends
+	// automatic_payment_methods[enabled]=true and
+	// automatic_payment_methods[allow_redirects]=never: a background charge
+	// that can never need a redirect, which Stripe accepts without a
+	// return_url. (Without either, Stripe's API from 2023-08-16 on enables
+	// the Dashboard's payment methods, redirects included, and refuses to
+	// confirm without a return_url.)
+	AutomaticPaymentMethods *AutomaticPaymentMethods `json:"automatic_payment_methods,omitempty"`
+	// ReturnURL is where a redirect-based payment method sends the customer
+	// back. Only with Confirm; required when confirming with
+	// AutomaticPaymentMethods that allow redirects.
+	ReturnURL string `json:"return_url,omitempty"`
+	// SetupFutureUsage saves the payment method for later: "on_session" or
+	// "off_session". Stripe refuses "on_session" on an off-session charge.
+	SetupFutureUsage string `json:"setup_future_usage,omitempty"`
 	// Metadata is copied to the PaymentIntent: at most
 	// MaxMetadataKeys-ReservedMetadataKeys keys (the adapter adds
 	// NamespaceMetadataKey, KeyMetadataKey and IntentIDMetadataKey, which are
@@ -248,8 +292,33 @@ type PaymentIntentPayload struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
+// AutomaticPaymentMethods is automatic_payment_methods of a
+// PaymentIntentPayload.
+type AutomaticPaymentMethods struct {
+	// Enabled is required.
+	Enabled *bool `json:"enabled"`
+	// AllowRedirects is "always" (Stripe's default) or "never". With
+	// "never", only payment methods that cannot need a redirect are used,
+	// and confirming needs no return_url.
+	AllowRedirects string `json:"allow_redirects,omitempty"`
+}
+
+// Values of PaymentIntentPayload's enumerated fields.
+const (
+	CaptureAutomatic      = "automatic"
+	CaptureAutomaticAsync = "automatic_async"
+	CaptureManual         = "manual"
+
+	SetupOnSession  = "on_session"
+	SetupOffSession = "off_session"
+
+	RedirectsAlways = "always"
+	RedirectsNever  = "never"
+)
+
 var (
 	currencyRE = regexp.MustCompile(`^[a-z]{3}$`)
+	pmTypeRE   = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	idRE       = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 )
 
@@ -295,6 +364,14 @@ func decode(kind string, payload json.RawMessage) (*PaymentIntentPayload, error)
 		return nil, bad("statement_descriptor_suffix", fmt.Sprintf("must be at most %d characters", MaxStatementDescriptorSuffix))
 	case strings.ContainsAny(pl.StatementDescriptorSuffix, `<>\'"*`):
 		return nil, bad("statement_descriptor_suffix", `must not contain any of < > \ ' " *`)
+	case pl.StatementDescriptorSuffix != "" && !hasLetter(pl.StatementDescriptorSuffix):
+		return nil, bad("statement_descriptor_suffix", "must contain at least one letter")
+	}
+	if err := checkAmount(kind, *pl.Amount, *pl.Currency); err != nil {
+		return nil, err
+	}
+	if err := checkCharge(kind, &pl); err != nil {
+		return nil, err
 	}
 	for _, k := range reservedMetadata {
 		if _, ok := pl.Metadata[k]; ok {
@@ -337,13 +414,25 @@ func validEmail(s string) bool {
 // success the Result carries the PaymentIntent's id and whether Stripe
 // replayed a saved response. Otherwise the error is a *providers.AttemptError:
 //
-//   - 402 card_error: failed, Code the decline code;
+//   - 200 with a confirmed PaymentIntent that is not succeeded or
+//     requires_capture: not a charge (see judge below): processing is a
+//     retry that may have acted, requires_action and
+//     requires_payment_method are failures with DidNotAct (Code
+//     authentication_required for requires_action);
+//   - 402 card_error: failed, DidNotAct, Code the decline code
+//     (authentication_required: the customer must pay in session);
+//   - 401, 403: retry with DidNotAct and Code CodeProviderAuth: the key was
+//     rolled, expired or lacks a permission, nothing was done, and the
+//     queue waits for the credentials to be fixed;
 //   - 400 (including idempotency_error: the key was reused with other
-//     parameters), 401, 403, 404: failed, with Stripe's message;
+//     parameters), 404: failed, with Stripe's message;
 //   - 409 (idempotency_key_in_use), 429 (RetryAfter from Retry-After), 502,
 //     503, 504, or any answer with "Stripe-Should-Retry: true": retry;
-//   - 500: ambiguous, because Stripe saved the 500 under the key and would
-//     replay it to every retry, while the charge may or may not exist;
+//   - "Stripe-Should-Retry: false": not retried: ambiguous for a 5xx,
+//     failed otherwise (after the 402 and 401/403 rules above);
+//   - 500 and 424: ambiguous, because Stripe saved the 500 under the key
+//     and would replay it to every retry (a 424 reports a failed
+//     dependency mid-request), while the charge may or may not exist;
 //   - no usable answer (connection refused, timeout, dropped connection,
 //     undecodable body): retry, since the same key makes the repeat safe.
 //
@@ -393,6 +482,18 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 	params.Description = optional(pl.Description)
 	params.ReceiptEmail = optional(pl.ReceiptEmail)
 	params.StatementDescriptorSuffix = optional(pl.StatementDescriptorSuffix)
+	params.OffSession = pl.OffSession
+	params.CaptureMethod = optional(pl.CaptureMethod)
+	params.ReturnURL = optional(pl.ReturnURL)
+	params.SetupFutureUsage = optional(pl.SetupFutureUsage)
+	if pl.PaymentMethodTypes != nil {
+		params.PaymentMethodTypes = stripe.StringSlice(pl.PaymentMethodTypes)
+	}
+	if apm := pl.AutomaticPaymentMethods; apm != nil {
+		params.AutomaticPaymentMethods = &stripe.PaymentIntentAutomaticPaymentMethodsParams{Enabled: apm.Enabled, AllowRedirects: optional(apm.AllowRedirects)}
+	} else if redirectFreeDefault(pl) {
+		params.AutomaticPaymentMethods = &stripe.PaymentIntentAutomaticPaymentMethodsParams{Enabled: stripe.Bool(true), AllowRedirects: stripe.String(RedirectsNever)}
+	}
 	for k, v := range pl.Metadata {
 		params.AddMetadata(k, v)
 	}
@@ -411,7 +512,75 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 		res.HTTPStatus = pi.LastResponse.StatusCode
 		res.Replayed = pi.LastResponse.Header.Get("Idempotent-Replayed") == "true"
 	}
+	if res.Replayed && pi.Status == stripe.PaymentIntentStatusProcessing {
+		// Stripe replays the saved answer, which said processing: ask for
+		// the PaymentIntent as it is now.
+		gp := &stripe.PaymentIntentParams{}
+		gp.Context = ctx
+		now, err := p.api.PaymentIntents.Get(pi.ID, gp)
+		if err != nil {
+			ae := p.classifyLookup(err)
+			ae.DidNotAct = false // the PaymentIntent exists and may settle
+			ae.Message = fmt.Sprintf("PaymentIntent %s was processing; looking up its status failed: %s", pi.ID, ae.Message)
+			return providers.Result{}, ae
+		}
+		pi = now
+	}
+	if ae := p.judge(pi, pl, res.HTTPStatus); ae != nil {
+		return providers.Result{}, ae
+	}
 	return res, nil
+}
+
+// judge tells whether a PaymentIntent Stripe answered with shows the
+// effect. A PaymentIntent that is not confirmed is the effect (it waits for
+// its confirmation). A confirmed one is charged when succeeded, or
+// authorised when requires_capture (capture_method manual); anything else
+// is not a charge:
+//
+//   - processing: the payment settles later (bank debits, some wallets).
+//     OutcomeRetry, may have acted: the dispatcher retries with the same
+//     key, Stripe replays "processing", and Perform then fetches the
+//     PaymentIntent to see how it ended.
+//   - requires_action, requires_payment_method, requires_confirmation,
+//     canceled: OutcomeFailed, DidNotAct. No money moved, and the same key
+//     would replay the same answer; the customer must come back.
+func (p *Provider) judge(pi *stripe.PaymentIntent, pl *PaymentIntentPayload, status int) *providers.AttemptError {
+	if !isTrue(pl.Confirm) {
+		return nil
+	}
+	switch pi.Status {
+	case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusRequiresCapture:
+		return nil
+	case stripe.PaymentIntentStatusProcessing:
+		return &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: status, Code: "processing",
+			Message: fmt.Sprintf("PaymentIntent %s is processing: Stripe settles it later; the charge is retried with the same key to read its final status", pi.ID)}
+	case stripe.PaymentIntentStatusRequiresAction:
+		ae := &providers.AttemptError{Outcome: providers.OutcomeFailed, HTTPStatus: status, Code: "authentication_required", DidNotAct: true}
+		if isTrue(pl.OffSession) {
+			ae.Message = fmt.Sprintf("PaymentIntent %s requires_action: the bank asks the customer to authenticate; an off-session charge cannot, ask the customer to pay in session", pi.ID)
+		} else {
+			ae.Message = fmt.Sprintf("PaymentIntent %s requires_action: the customer must authenticate the payment, which a background charge cannot do; ask the customer to pay in session", pi.ID)
+		}
+		return ae
+	}
+	ae := &providers.AttemptError{Outcome: providers.OutcomeFailed, HTTPStatus: status, DidNotAct: true, Code: string(pi.Status),
+		Message: fmt.Sprintf("PaymentIntent %s is %s: nothing was charged", pi.ID, pi.Status)}
+	if le := pi.LastPaymentError; le != nil {
+		if le.Code != "" {
+			ae.Code = string(le.Code)
+		}
+		if le.DeclineCode != "" {
+			ae.Code = string(le.DeclineCode)
+		}
+		if le.Msg != "" {
+			ae.Message += ": " + p.scrub(le.Msg)
+		}
+	}
+	if pi.Status == stripe.PaymentIntentStatusRequiresPaymentMethod {
+		ae.Message += "; ask the customer for another payment method"
+	}
+	return ae
 }
 
 func (p *Provider) ready() error {
@@ -446,6 +615,7 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 		ae.Message = http.StatusText(status)
 	}
 	ae.Err = &scrub.Error{Msg: fmt.Sprintf("stripe: HTTP %d %s: %s", status, se.Type, ae.Message), Err: err}
+	shouldRetry := header.Get("Stripe-Should-Retry")
 	switch {
 	case status == http.StatusPaymentRequired || se.Type == stripe.ErrorTypeCard:
 		// A decline: Stripe refused to charge. (The declined PaymentIntent
@@ -456,8 +626,27 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 			ae.Code = string(se.DeclineCode)
 			ae.Message += " (decline code: " + string(se.DeclineCode) + ")"
 		}
-	case header.Get("Stripe-Should-Retry") == "true":
+		if se.Code == stripe.ErrorCodeAuthenticationRequired || se.DeclineCode == stripe.DeclineCodeAuthenticationRequired {
+			ae.Code = string(stripe.ErrorCodeAuthenticationRequired)
+			ae.Message = "the bank asks the customer to authenticate; an off-session charge cannot, ask the customer to pay in session (Stripe: " + ae.Message + ")"
+		}
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		// The account, not the intent: a rolled or expired key, a
+		// restricted key without this permission. Nothing was done; once
+		// the credentials are fixed the same request succeeds.
 		ae.Outcome = providers.OutcomeRetry
+		ae.DidNotAct = true
+		ae.Code = CodeProviderAuth
+		ae.Message = fmt.Sprintf("Stripe refused the API key (HTTP %d): fix the Stripe credentials (Config.APIKey) or the key's permissions; the charge is retried. Stripe: %s", status, ae.Message)
+	case shouldRetry == "true":
+		ae.Outcome = providers.OutcomeRetry
+	case shouldRetry == "false" && status >= 500:
+		// Stripe says a repeat will not help, and the request may have
+		// acted: only a look-up can tell.
+		ae.Outcome = providers.OutcomeAmbiguous
+	case shouldRetry == "false":
+		ae.Outcome = providers.OutcomeFailed
+		ae.DidNotAct = status == http.StatusBadRequest || status == http.StatusNotFound || status == http.StatusTooManyRequests
 	case status == http.StatusConflict:
 		ae.Outcome = providers.OutcomeRetry
 	case status == http.StatusTooManyRequests:
@@ -470,12 +659,15 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 		if ae.Code == "" {
 			ae.Code = string(stripe.ErrorTypeIdempotency)
 		}
+	case status == http.StatusFailedDependency:
+		// 424: a service Stripe depends on failed while the request was
+		// executing; the charge may or may not have happened.
+		ae.Outcome = providers.OutcomeAmbiguous
 	case status >= 400 && status < 500:
 		ae.Outcome = providers.OutcomeFailed
-		// Validation 400s, 401, 403 and 404 are refused before anything
-		// is done or saved.
-		ae.DidNotAct = status == http.StatusBadRequest || status == http.StatusUnauthorized ||
-			status == http.StatusForbidden || status == http.StatusNotFound
+		// Validation 400s and 404 are refused before anything is done or
+		// saved.
+		ae.DidNotAct = status == http.StatusBadRequest || status == http.StatusNotFound
 	case status == http.StatusInternalServerError:
 		ae.Outcome = providers.OutcomeAmbiguous
 	case status > 500:
@@ -527,8 +719,11 @@ func retryAfter(v string, now time.Time) time.Duration {
 //   - an owned PaymentIntent whose amount, currency or customer differs
 //     from the payload: a *providers.MismatchError, never adopted;
 //   - an owned PaymentIntent in a state showing the effect (any state but
-//     canceled for a payload that does not confirm; succeeded, processing
-//     or requires_capture for one that does): found=true with its id;
+//     canceled for a payload that does not confirm; succeeded or
+//     requires_capture for one that does): found=true with its id;
+//   - otherwise an owned, confirmed PaymentIntent still processing: an
+//     *providers.AttemptError (OutcomeRetry, Code "processing"), neither
+//     found nor absent, so the intent is looked up again later;
 //   - only owned PaymentIntents that show no effect (declined, awaiting the
 //     customer's action): found=false and a *providers.AttemptError
 //     (OutcomeFailed, DidNotAct) saying which and why: the charge did not
@@ -584,6 +779,7 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	var (
 		found    *stripe.PaymentIntent
 		inert    *stripe.PaymentIntent
+		settling *stripe.PaymentIntent
 		status   int
 		complete bool
 	)
@@ -603,6 +799,10 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 			case effective(pi, confirm):
 				if found == nil {
 					found = pi
+				}
+			case pi.Status == stripe.PaymentIntentStatusProcessing:
+				if settling == nil {
+					settling = pi
 				}
 			case inert == nil:
 				inert = pi
@@ -628,6 +828,8 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 		// The effect exists. (A mismatch further down an unfinished
 		// listing would not undo it.)
 		return providers.Result{ProviderRef: found.ID, HTTPStatus: status}, true, nil
+	case settling != nil:
+		return providers.Result{}, false, stillProcessing(settling)
 	case !complete && inert != nil:
 		return providers.Result{}, false, fmt.Errorf("%w: PaymentIntent %s carries this intent's key but is %s, and the listing stopped after %d pages of %d before its end",
 			providers.ErrAbsenceNotProven, inert.ID, inert.Status, p.cfg.ReconcileMaxPages, p.pageSize)
@@ -668,6 +870,9 @@ func (p *Provider) reconcileLegacy(ctx context.Context, req providers.Request, p
 			}
 			skipped = append(skipped, fmt.Sprintf("%s carries only this intent's id, and its %s is %s, not %s", pi.ID, mm.Field, mm.Got, mm.Want))
 			continue // only the intent id matches: most likely another database's
+		}
+		if confirm && pi.Status == stripe.PaymentIntentStatusProcessing {
+			return providers.Result{}, false, stillProcessing(pi)
 		}
 		if effective(pi, confirm) {
 			res := providers.Result{ProviderRef: pi.ID}
@@ -752,15 +957,27 @@ func quoteEmpty(s string) string {
 	return s
 }
 
+// effective reports whether a PaymentIntent shows the effect: for a
+// confirming payload, succeeded or requires_capture (authorised); for one
+// that does not confirm, any state but canceled. A confirmed PaymentIntent
+// still processing shows nothing yet (see stillProcessing).
 func effective(pi *stripe.PaymentIntent, confirm bool) bool {
 	if !confirm {
 		return pi.Status != stripe.PaymentIntentStatusCanceled
 	}
 	switch pi.Status {
-	case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusProcessing, stripe.PaymentIntentStatusRequiresCapture:
+	case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusRequiresCapture:
 		return true
 	}
 	return false
+}
+
+// stillProcessing is Reconcile's answer for an owned PaymentIntent that is
+// processing: it exists but has not settled, so neither found nor absent;
+// the intent stays in_doubt and is looked up again later.
+func stillProcessing(pi *stripe.PaymentIntent) error {
+	return &providers.AttemptError{Outcome: providers.OutcomeRetry, Code: "processing",
+		Message: fmt.Sprintf("PaymentIntent %s carries this intent's key and is still processing: look again once Stripe settles it", pi.ID)}
 }
 
 // Redact returns a copy of payload for display: receipt_email keeps its

@@ -110,7 +110,7 @@ func TestClassificationThroughTheDouble(t *testing.T) {
 		if _, err := p.Perform(ctx, req(1, "k", payload)); err != nil {
 			t.Fatal(err)
 		}
-		_, err := p.Perform(ctx, req(1, "k", `{"amount": 1, "currency": "eur"}`))
+		_, err := p.Perform(ctx, req(1, "k", `{"amount": 100, "currency": "eur"}`))
 		ae := attemptErr(t, err)
 		expect(t, ae, providers.OutcomeFailed, 400)
 		if ae.Code != "idempotency_error" || !strings.Contains(ae.Message, "same parameters") {
@@ -118,7 +118,7 @@ func TestClassificationThroughTheDouble(t *testing.T) {
 		}
 	})
 
-	t.Run("BadAPIKeyFails", func(t *testing.T) {
+	t.Run("BadAPIKeyRetriesWithoutActing", func(t *testing.T) {
 		d := newDouble(t, stripedouble.Config{APIKey: "sk_test_someOtherKeyEntirely000"})
 		p, err := stripeprovider.New(stripeprovider.Config{APIKey: secretKey, BaseURL: d.URL()})
 		if err != nil {
@@ -126,9 +126,12 @@ func TestClassificationThroughTheDouble(t *testing.T) {
 		}
 		_, err = p.Perform(ctx, req(1, "k", payload))
 		ae := attemptErr(t, err)
-		expect(t, ae, providers.OutcomeFailed, 401)
-		if !strings.Contains(ae.Message, "Invalid API Key") {
-			t.Fatalf("message %q", ae.Message)
+		expect(t, ae, providers.OutcomeRetry, 401)
+		if !ae.DidNotAct || ae.Code != stripeprovider.CodeProviderAuth || !strings.Contains(ae.Message, "Invalid API Key") || !strings.Contains(ae.Message, "credentials") {
+			t.Fatalf("code %q DidNotAct %v message %q", ae.Code, ae.DidNotAct, ae.Message)
+		}
+		if len(d.PaymentIntents()) != 0 {
+			t.Fatal("a PaymentIntent was created with a wrong key")
 		}
 	})
 
@@ -287,7 +290,7 @@ func TestClassificationOfCannedAnswers(t *testing.T) {
 		code    string
 	}{
 		{"ValidationFails", 400, nil, `{"error":{"type":"invalid_request_error","code":"parameter_invalid_integer","param":"amount","message":"Invalid integer"}}`, providers.OutcomeFailed, "parameter_invalid_integer"},
-		{"ForbiddenFails", 403, nil, `{"error":{"type":"invalid_request_error","message":"The provided key does not have access"}}`, providers.OutcomeFailed, ""},
+		{"ForbiddenRetries", 403, nil, `{"error":{"type":"invalid_request_error","message":"The provided key does not have access"}}`, providers.OutcomeRetry, stripeprovider.CodeProviderAuth},
 		{"429WithoutRetryAfterRetries", 429, nil, `{"error":{"type":"invalid_request_error","code":"rate_limit","message":"Too many requests"}}`, providers.OutcomeRetry, "rate_limit"},
 		{"LockTimeoutRetries", 429, nil, `{"error":{"type":"invalid_request_error","code":"lock_timeout","message":"locked"}}`, providers.OutcomeRetry, "lock_timeout"},
 		{"500WithShouldRetryRetries", 500, http.Header{"Stripe-Should-Retry": {"true"}}, `{"error":{"type":"api_error","message":"try again"}}`, providers.OutcomeRetry, ""},
@@ -401,14 +404,14 @@ func TestValidateLimits(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		many[strings.Repeat("k", 1+i%40)+string(rune('a'+i%26))+string(rune('a'+i/26))] = "v"
 	}
-	manyJSON, _ := json.Marshal(map[string]any{"amount": 1, "currency": "usd", "metadata": many})
+	manyJSON, _ := json.Marshal(map[string]any{"amount": 100, "currency": "usd", "metadata": many})
 	for payload, field := range map[string]string{
 		string(manyJSON): "metadata",
-		`{"amount": 1, "currency": "usd", "metadata": {"` + strings.Repeat("x", 41) + `": "v"}}`:  "metadata." + strings.Repeat("x", 41),
-		`{"amount": 1, "currency": "usd", "metadata": {"k": "` + strings.Repeat("v", 501) + `"}}`: "metadata.k",
-		`{"amount": 100000000, "currency": "usd"}`:                                                "amount",
-		`{"amount": 1, "currency": "usd", "confirm": "yes"}`:                                      "confirm",
-		`{"amount": 1, "currency": "usd"} {}`:                                                     "",
+		`{"amount": 100, "currency": "usd", "metadata": {"` + strings.Repeat("x", 41) + `": "v"}}`:  "metadata." + strings.Repeat("x", 41),
+		`{"amount": 100, "currency": "usd", "metadata": {"k": "` + strings.Repeat("v", 501) + `"}}`: "metadata.k",
+		`{"amount": 100000000, "currency": "usd"}`:                                                  "amount",
+		`{"amount": 1, "currency": "usd", "confirm": "yes"}`:                                        "confirm",
+		`{"amount": 1, "currency": "usd"} {}`:                                                       "",
 	} {
 		err := p.Validate(stripeprovider.KindPaymentIntent, json.RawMessage(payload))
 		var pe *providers.PayloadError
@@ -416,7 +419,7 @@ func TestValidateLimits(t *testing.T) {
 			t.Errorf("Validate(%.60s...) = %v, want field %q", payload, err, field)
 		}
 	}
-	if err := p.Validate(stripeprovider.KindPaymentIntent, json.RawMessage(`{"amount": 1, "currency": "usd", "metadata": {"a": "b"}, "statement_descriptor_suffix": "ORDER 42"}`)); err != nil {
+	if err := p.Validate(stripeprovider.KindPaymentIntent, json.RawMessage(`{"amount": 100, "currency": "usd", "metadata": {"a": "b"}, "statement_descriptor_suffix": "ORDER 42"}`)); err != nil {
 		t.Fatal(err)
 	}
 }

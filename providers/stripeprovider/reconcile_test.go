@@ -102,7 +102,7 @@ func TestValidateReservesIdentityMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"outbox_namespace", "outbox_key", "intent_id"} {
-		err := p.Validate(stripeprovider.KindPaymentIntent, json.RawMessage(`{"amount": 1, "currency": "usd", "metadata": {"`+k+`": "x"}}`))
+		err := p.Validate(stripeprovider.KindPaymentIntent, json.RawMessage(`{"amount": 100, "currency": "usd", "metadata": {"`+k+`": "x"}}`))
 		var pe *providers.PayloadError
 		if !errors.As(err, &pe) || pe.Field != "metadata."+k || !strings.Contains(pe.Reason, "reserved") {
 			t.Errorf("metadata.%s: %v", k, err)
@@ -113,7 +113,7 @@ func TestValidateReservesIdentityMetadata(t *testing.T) {
 		for i := 0; i < n; i++ {
 			md["key_"+string(rune('a'+i%26))+string(rune('a'+i/26))] = "v"
 		}
-		b, _ := json.Marshal(map[string]any{"amount": 1, "currency": "usd", "metadata": md})
+		b, _ := json.Marshal(map[string]any{"amount": 100, "currency": "usd", "metadata": md})
 		return b
 	}
 	// Stripe allows 50 keys; three are the outbox's.
@@ -403,7 +403,7 @@ func TestReconcileLegacyNeverProvesAbsence(t *testing.T) {
 	// Simulate a charge made before outbox_key existed: only intent_id.
 	raw := sdkFor(t, d)
 	pp := &stripe.PaymentIntentParams{Amount: stripe.Int64(999), Currency: stripe.String("usd"), Customer: stripe.String("cus_shared"),
-		PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true)}
+		PaymentMethod: stripe.String("pm_card_visa"), Confirm: stripe.Bool(true), PaymentMethodTypes: stripe.StringSlice([]string{"card"})}
 	pp.AddMetadata("intent_id", "1")
 	old, err := raw.PaymentIntents.New(pp)
 	if err != nil {
@@ -433,7 +433,7 @@ func TestReconcileLegacyNeverProvesAbsence(t *testing.T) {
 	}
 	// Our key with another amount: a mismatch, not adopted.
 	changed := legacy
-	changed.Payload = json.RawMessage(`{"amount": 1, "currency": "usd", "customer": "cus_shared", "payment_method": "pm_card_visa", "confirm": true}`)
+	changed.Payload = json.RawMessage(`{"amount": 100, "currency": "usd", "customer": "cus_shared", "payment_method": "pm_card_visa", "confirm": true}`)
 	var mm *providers.MismatchError
 	if _, found, err := p.Reconcile(ctx, changed); found || !errors.As(err, &mm) || mm.ProviderRef != mine.ProviderRef {
 		t.Fatalf("legacy Reconcile with another amount = %v, %v", found, err)

@@ -59,13 +59,7 @@ func TestStripeMockAcceptsOurRequests(t *testing.T) {
 		Kind: stripeprovider.KindPaymentIntent, Payload: json.RawMessage(fullPayload), Attempt: 1}
 
 	t.Run("PerformWithEveryField", func(t *testing.T) {
-		res, err := p.Perform(ctx, req)
-		if err != nil {
-			t.Fatalf("stripe-mock refused the adapter's PaymentIntent request: %v", err)
-		}
-		if !strings.HasPrefix(res.ProviderRef, "pi_") || res.HTTPStatus != http.StatusOK {
-			t.Fatalf("result %+v", res)
-		}
+		mustAccept(t, p, req)
 		sent := rec.last(t, http.MethodPost, "/v1/payment_intents")
 		form := sent.params
 		// Every payload field reached the request (so stripe-mock validated
@@ -81,6 +75,44 @@ func TestStripeMockAcceptsOurRequests(t *testing.T) {
 		}
 		if sent.header.Get("Idempotency-Key") != "ns-stripemock:msg-42" {
 			t.Error("the request carried no Idempotency-Key")
+		}
+	})
+
+	// Every combination of the charge parameters the adapter sends: the
+	// redirect-free default, off session, manual capture, saving the
+	// payment method, payment_method_types, and automatic payment methods
+	// with a return_url.
+	t.Run("PerformEveryChargeCombination", func(t *testing.T) {
+		for i, payload := range acceptedCharges {
+			r := req
+			r.IdempotencyKey = "ns-stripemock:combination-" + strconv.Itoa(i)
+			r.Payload = json.RawMessage(payload)
+			mustAccept(t, p, r)
+			form := rec.last(t, http.MethodPost, "/v1/payment_intents").params
+			var pl map[string]any
+			if err := json.Unmarshal([]byte(payload), &pl); err != nil {
+				t.Fatal(err)
+			}
+			for k := range pl {
+				if k == "payment_method_types" {
+					k = "payment_method_types[0]"
+				}
+				if k == "automatic_payment_methods" {
+					k = "automatic_payment_methods[enabled]"
+				}
+				if !form.Has(k) {
+					t.Errorf("%s: the request lacks %q; sent %v", payload, k, form)
+				}
+			}
+			if _, given := pl["automatic_payment_methods"]; pl["confirm"] == true && !given && pl["payment_method_types"] == nil {
+				if form.Get("automatic_payment_methods[enabled]") != "true" || form.Get("automatic_payment_methods[allow_redirects]") != "never" {
+					t.Errorf("%s: no redirect-free default; sent %v", payload, form)
+				}
+			}
+		}
+		// stripe-mock refuses an unknown value where the spec has an enum.
+		if status, body := rawPost(t, mock.String()+"/v1/payment_intents", "amount=2000&currency=usd&capture_method=later"); status != http.StatusBadRequest {
+			t.Errorf("capture_method=later: %d %s", status, body)
 		}
 	})
 
@@ -150,6 +182,25 @@ func TestStripeMockAcceptsOurRequests(t *testing.T) {
 			}
 		}
 	})
+}
+
+// mustAccept performs req against stripe-mock and fails unless it answered
+// 200. Its fixture PaymentIntent is requires_payment_method whatever was
+// sent, which Perform reports as a failed charge; only the acceptance of
+// the request counts here.
+func mustAccept(t *testing.T, p *stripeprovider.Provider, req providers.Request) {
+	t.Helper()
+	res, err := p.Perform(context.Background(), req)
+	if err != nil {
+		ae := providers.Classify(err)
+		if ae.HTTPStatus != http.StatusOK {
+			t.Fatalf("stripe-mock refused the adapter's PaymentIntent request: %v", err)
+		}
+		return
+	}
+	if !strings.HasPrefix(res.ProviderRef, "pi_") || res.HTTPStatus != http.StatusOK {
+		t.Fatalf("result %+v", res)
+	}
 }
 
 // startStripeMock starts stripe-mock on a free loopback port, waits until it

@@ -78,6 +78,33 @@ const (
 	msgNotFound         = "resource not found"
 )
 
+// AuthFailure is a way SendGrid refuses an account; see SetAuthFailure.
+type AuthFailure int
+
+// Account failures SetAuthFailure can make POST /v3/mail/send answer.
+const (
+	// AuthOK answers normally.
+	AuthOK AuthFailure = iota
+	// AuthKeyRevoked: 401, the key was revoked, rolled or expired.
+	AuthKeyRevoked
+	// AuthCreditsExceeded: 401 "Maximum credits exceeded", the plan's
+	// sending credits are used up.
+	AuthCreditsExceeded
+	// AuthMissingScope: 403 "access forbidden", a key without the
+	// mail.send scope.
+	AuthMissingScope
+	// AuthTemporarilyBlocked: 403, the account is blocked from sending for
+	// now (a compliance review, a suspension).
+	AuthTemporarilyBlocked
+)
+
+// Messages of the account failures.
+const (
+	msgCreditsExceeded    = "Maximum credits exceeded"
+	msgAccessForbidden    = "access forbidden"
+	msgTemporarilyBlocked = "You are temporarily blocked from sending email. Please contact support."
+)
+
 // Config configures a Server. The zero value is usable.
 type Config struct {
 	// APIKey is the key accepted as "Authorization: Bearer <key>".
@@ -163,6 +190,7 @@ type Server struct {
 	requests     int
 	applied      map[fault.Kind]int
 	changed      chan struct{} // closed and replaced whenever an email is recorded
+	authFailure  AuthFailure
 	sendWindow   rateWindow
 	activityWind rateWindow
 }
@@ -260,6 +288,34 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{Emails: len(s.emails), Requests: s.requests, Faults: maps.Clone(s.applied), EffectsByIntent: s.effects.Snapshot()}
+}
+
+// SetAuthFailure makes every POST /v3/mail/send with the right key answer
+// as SendGrid answers a misconfigured account (until AuthOK): nothing is
+// recorded.
+func (s *Server) SetAuthFailure(f AuthFailure) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.authFailure = f
+}
+
+// authFailureAnswer is the status and message of the current AuthFailure,
+// or 0.
+func (s *Server) authFailureAnswer() (int, string) {
+	s.mu.Lock()
+	f := s.authFailure
+	s.mu.Unlock()
+	switch f {
+	case AuthKeyRevoked:
+		return http.StatusUnauthorized, msgUnauthorized
+	case AuthCreditsExceeded:
+		return http.StatusUnauthorized, msgCreditsExceeded
+	case AuthMissingScope:
+		return http.StatusForbidden, msgAccessForbidden
+	case AuthTemporarilyBlocked:
+		return http.StatusForbidden, msgTemporarilyBlocked
+	}
+	return 0, ""
 }
 
 // WaitForEmails blocks until at least n emails have been accepted or ctx

@@ -78,6 +78,10 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 		writeErrors(w, http.StatusUnauthorized, apiError{Message: msgUnauthorized})
 		return
 	}
+	if status, msg := s.authFailureAnswer(); status != 0 {
+		writeErrors(w, status, apiError{Message: msg})
+		return
+	}
 
 	f := s.faults.Next()
 	switch f.Kind {
@@ -219,6 +223,7 @@ func parseMailRequest(body []byte, now time.Time) (*mailRequest, []apiError) {
 	}
 	recipients := 0
 	everyHasSubject := len(req.Personalizations) > 0
+	across := map[string]int{} // address -> first personalization
 	for i, p := range req.Personalizations {
 		if len(p.To) == 0 {
 			add(fmt.Sprintf("personalizations.%d.to", i), "The to array is required for all personalization objects, and must have at least one email object with a valid email address.")
@@ -234,11 +239,19 @@ func parseMailRequest(body []byte, now time.Time) (*mailRequest, []apiError) {
 					add(field, "Does not contain a valid address.")
 					continue
 				}
+				if strings.ContainsAny(a.Name, ",;") {
+					add(fmt.Sprintf("personalizations.%d.%s.%d.name", i, list.name, j), "The name of a recipient cannot contain ';' or ',' characters.")
+				}
 				key := strings.ToLower(a.Email)
 				if _, dup := seen[key]; dup {
 					add(field, "Each email address in the personalization block should be unique between to, cc, and bcc. We found the first duplicate instance of [%s] in the personalizations.%d.%s field.", a.Email, i, list.name)
+				} else if first, again := across[key]; again && first != i {
+					add(field, "Each unique email address in the personalizations array should only be included once. You have included [%s] more than once.", a.Email)
 				}
 				seen[key] = field
+				if _, ok := across[key]; !ok {
+					across[key] = i
+				}
 			}
 			recipients += len(list.addrs)
 		}
@@ -286,10 +299,21 @@ func parseMailRequest(body []byte, now time.Time) (*mailRequest, []apiError) {
 	if len(req.Categories) > MaxCategories {
 		add("categories", "Too many categories on this message. The maximum number of categories is %d.", MaxCategories)
 	}
+	categories := map[string]bool{}
 	for i, c := range req.Categories {
 		if len(c) > 255 {
 			add(fmt.Sprintf("categories.%d", i), "A category cannot have more than 255 characters.")
 		}
+		for k := 0; k < len(c); k++ {
+			if c[k] < 0x20 || c[k] > 0x7e {
+				add(fmt.Sprintf("categories.%d", i), "Categories can only contain ASCII characters.")
+				break
+			}
+		}
+		if categories[c] {
+			add(fmt.Sprintf("categories.%d", i), "The categories must be unique. You have included the category [%s] more than once.", c)
+		}
+		categories[c] = true
 	}
 	if size := customArgsSize(req.CustomArgs); size >= MaxCustomArgsBytes {
 		add("custom_args", "The custom_args must be less than %d bytes in total; these are %d bytes.", MaxCustomArgsBytes, size)

@@ -21,6 +21,10 @@
 // after its creation, on Config.Now, so a test can show search missing what
 // listing finds.
 //
+// POST /v1/payment_intents/{id}/capture captures an authorised
+// PaymentIntent (requires_capture) and refuses, as Stripe does, to capture
+// one in any other state.
+//
 // Faults from package fault are injected into POST /v1/payment_intents, one
 // per request, and interpreted the way Stripe would show them (see
 // Server.Handler). The double counts the PaymentIntents it created per intent
@@ -45,6 +49,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/outboxkit/outbox/internal/doubleserver"
 	"github.com/outboxkit/outbox/internal/effects"
@@ -72,7 +77,33 @@ const (
 	DeclinedCard = "pm_card_visa_chargeDeclined"
 	// InsufficientFundsCard is declined with decline_code insufficient_funds.
 	InsufficientFundsCard = "pm_card_chargeDeclinedInsufficientFunds"
+	// AuthenticationRequiredCard needs the customer to authenticate (3D
+	// Secure), as Stripe's test card of that name: confirmed off session
+	// (off_session=true) it is a 402 card_error with code and decline_code
+	// authentication_required (the PaymentIntent is left in
+	// requires_payment_method); confirmed on session, a 200 whose
+	// PaymentIntent is requires_action.
+	AuthenticationRequiredCard = "pm_card_authenticationRequired"
+	// ProcessingPaymentMethod settles later, like a bank debit: confirmed,
+	// its PaymentIntent is processing until Settle is called.
+	ProcessingPaymentMethod = "pm_usBankAccount_processing"
 )
+
+// Auth failures SetAuthFailure can make every API request answer, as
+// Stripe answers when the account's credentials are wrong.
+const (
+	// AuthOK answers normally.
+	AuthOK AuthFailure = iota
+	// AuthKeyExpired: 401 "Expired API Key provided", as after the key was
+	// rolled.
+	AuthKeyExpired
+	// AuthKeyRestricted: 403, a restricted key without the permission the
+	// endpoint needs.
+	AuthKeyRestricted
+)
+
+// AuthFailure is a mode of SetAuthFailure.
+type AuthFailure int
 
 // Config configures a Server. The zero value is usable.
 type Config struct {
@@ -112,9 +143,32 @@ type PaymentIntent struct {
 	StatementDescriptorSuffix string
 	// Confirm is the request's confirm parameter.
 	Confirm bool
-	// Status is "succeeded" when confirmed and charged, "requires_payment_method"
-	// when the card was declined, "requires_confirmation" when not confirmed.
+	// Status is "succeeded" when confirmed and charged, "requires_capture"
+	// when confirmed with capture_method manual (until captured),
+	// "requires_payment_method" when the card was declined (or when there is
+	// no payment method), "requires_action" when the customer must
+	// authenticate, "processing" for a payment method that settles later,
+	// "requires_confirmation" when not confirmed.
 	Status string
+	// CaptureMethod is the request's capture_method, "automatic" when it
+	// had none. AmountCapturable is what a capture may still take.
+	CaptureMethod    string
+	AmountCapturable int64
+	// AmountReceived is what was captured: the amount when charged at
+	// once, amount_to_capture after a manual capture.
+	AmountReceived int64
+	// OffSession is the request's off_session; SetupFutureUsage and
+	// ReturnURL its setup_future_usage and return_url, or empty.
+	OffSession       bool
+	SetupFutureUsage string
+	ReturnURL        string
+	// PaymentMethodTypes is the request's payment_method_types, or nil.
+	PaymentMethodTypes []string
+	// AutomaticPaymentMethods is whether the request sent
+	// automatic_payment_methods[enabled]=true; AllowRedirects its
+	// allow_redirects, or empty.
+	AutomaticPaymentMethods bool
+	AllowRedirects          string
 	// DeclineCode is set when the payment was declined.
 	DeclineCode string
 	// Metadata is the request's metadata (never nil).
@@ -136,6 +190,7 @@ func (pi PaymentIntent) clone() PaymentIntent {
 		md[k] = v
 	}
 	pi.Metadata = md
+	pi.PaymentMethodTypes = slices.Clone(pi.PaymentMethodTypes)
 	return pi
 }
 
@@ -181,6 +236,8 @@ type Server struct {
 	byID          map[string]*PaymentIntent
 	keys          *idemstore.Store[savedResponse]
 	declines      map[string]string
+	actions       map[string]bool
+	authFailure   AuthFailure
 	requests      int
 	lists         int
 	searches      int
@@ -216,6 +273,7 @@ func newServer(cfg Config) *Server {
 		byID:          map[string]*PaymentIntent{},
 		keys:          idemstore.New[savedResponse](KeyRetention),
 		declines:      map[string]string{DeclinedCard: "generic_decline", InsufficientFundsCard: "insufficient_funds"},
+		actions:       map[string]bool{},
 		faultsApplied: map[fault.Kind]int{},
 	}
 	if s.apiKey == "" {
@@ -232,6 +290,7 @@ func newServer(cfg Config) *Server {
 	mux.HandleFunc("GET /v1/payment_intents", s.handleList)
 	mux.HandleFunc("GET /v1/payment_intents/search", s.handleSearch)
 	mux.HandleFunc("GET /v1/payment_intents/{id}", s.handleGet)
+	mux.HandleFunc("POST /v1/payment_intents/{id}/capture", s.handleCapture)
 	mux.HandleFunc("GET /_double/stats", s.handleStats)
 	mux.HandleFunc("/", s.handleUnknown)
 	s.handler = mux
@@ -285,6 +344,48 @@ func (s *Server) Decline(paymentMethod, declineCode string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.declines[paymentMethod] = declineCode
+}
+
+// RequireAction makes every confirmed payment with paymentMethod answer
+// 200 with a PaymentIntent in requires_action, on session or off (as Stripe
+// does when, say, a Radar rule asks for 3D Secure and the request does not
+// fail on it). AuthenticationRequiredCard behaves so only on session.
+func (s *Server) RequireAction(paymentMethod string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.actions[paymentMethod] = true
+}
+
+// Settle ends a processing PaymentIntent: succeeded when ok, else back to
+// requires_payment_method with a last_payment_error, as a failed bank debit
+// does. It reports whether id was processing.
+func (s *Server) Settle(id string, ok bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi, found := s.byID[id]
+	if !found || pi.Status != "processing" {
+		return false
+	}
+	if ok {
+		pi.Status = "succeeded"
+		if pi.CaptureMethod == "manual" {
+			pi.Status = "requires_capture"
+			pi.AmountCapturable = pi.Amount
+		}
+	} else {
+		pi.Status = "requires_payment_method"
+		pi.DeclineCode = "insufficient_funds"
+	}
+	return true
+}
+
+// SetAuthFailure makes every API request (from now on, until AuthOK) fail
+// authentication the way Stripe does when the key was rolled or lacks a
+// permission. Nothing is created, saved or counted as an effect.
+func (s *Server) SetAuthFailure(f AuthFailure) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.authFailure = f
 }
 
 // SetSearchLag sets the search lag (see Config.SearchLag) for
@@ -405,7 +506,26 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, reqID string)
 	auth := r.Header.Get("Authorization")
 	key, ok := strings.CutPrefix(auth, "Bearer ")
 	key = strings.TrimSpace(key)
+	s.mu.Lock()
+	failure := s.authFailure
+	s.mu.Unlock()
 	if ok && key == s.apiKey {
+		switch failure {
+		case AuthKeyExpired:
+			s.writeError(w, r, reqID, http.StatusUnauthorized, apiError{
+				Type:    "invalid_request_error",
+				Code:    "api_key_expired",
+				Message: "Expired API Key provided: " + maskKey(key),
+				DocURL:  "https://stripe.com/docs/error-codes/api-key-expired",
+			})
+			return false
+		case AuthKeyRestricted:
+			s.writeError(w, r, reqID, http.StatusForbidden, apiError{
+				Type:    "invalid_request_error",
+				Message: "The provided key '" + maskKey(key) + "' does not have the required permissions for this endpoint on account 'acct_double'. Having the 'rak_payment_intent_write' permission would allow this request to continue.",
+			})
+			return false
+		}
 		return true
 	}
 	w.Header().Set("Www-Authenticate", `Bearer realm="Stripe"`)
@@ -603,6 +723,13 @@ type createParams struct {
 	receiptEmail              string
 	statementDescriptorSuffix string
 	metadata                  map[string]string
+	captureMethod             string
+	offSession                bool
+	setupFutureUsage          string
+	returnURL                 string
+	paymentMethodTypes        []string
+	automaticPaymentMethods   bool
+	allowRedirects            string
 }
 
 var knownParams = map[string]bool{
@@ -706,7 +833,120 @@ func parseCreate(form map[string][]string) (createParams, *apiError) {
 	if len(p.statementDescriptorSuffix) > 22 {
 		return p, invalid("statement_descriptor_suffix", "", "The statement descriptor suffix must be at most 22 characters.")
 	}
+	if p.statementDescriptorSuffix != "" && strings.IndexFunc(p.statementDescriptorSuffix, unicode.IsLetter) < 0 {
+		return p, invalid("statement_descriptor_suffix", "", "The statement descriptor suffix must contain at least one letter.")
+	}
+	if threeDecimal[p.currency] && p.amount%10 != 0 {
+		return p, invalid("amount", "invalid_amount", "For "+strings.ToUpper(p.currency)+", the amount must be a multiple of 10: Stripe charges three-decimal currencies in whole hundredths.")
+	}
+	if minimum, ok := minimumAmounts[p.currency]; ok && p.amount < minimum {
+		return p, invalid("amount", "amount_too_small", fmt.Sprintf("Amount must be at least %d %s.", minimum, p.currency))
+	}
+	if err := parseCharge(form, get, &p); err != nil {
+		return p, err
+	}
 	return p, nil
+}
+
+// minimumAmounts is Stripe's minimum charge table, in smallest units.
+var minimumAmounts = map[string]int64{
+	"usd": 50, "aed": 200, "aud": 50, "bgn": 100, "brl": 50, "cad": 50,
+	"chf": 50, "czk": 1500, "dkk": 250, "eur": 50, "gbp": 30, "hkd": 400,
+	"huf": 17500, "inr": 50, "jpy": 50, "mxn": 1000, "myr": 200, "nok": 300,
+	"nzd": 50, "pln": 200, "ron": 200, "sek": 300, "sgd": 50, "thb": 1000,
+}
+
+var threeDecimal = map[string]bool{"bhd": true, "jod": true, "kwd": true, "omr": true, "tnd": true}
+
+// MsgReturnURLRequired is Stripe's 400 for a confirmation that may need a
+// redirect but has no return_url.
+const MsgReturnURLRequired = "A `return_url` must be specified because this Payment Intent is configured to automatically accept the payment methods enabled in the Dashboard, some of which may require a full page redirect to succeed. If you do not want to accept redirect-based payment methods, set `automatic_payment_methods[enabled]` to `true` and `automatic_payment_methods[allow_redirects]` to `never` when creating Setup Intents and Payment Intents."
+
+// parseCharge reads and checks the parameters that decide how the payment
+// is confirmed, refusing what Stripe refuses.
+func parseCharge(form map[string][]string, get func(string) (string, bool), p *createParams) *apiError {
+	boolean := func(k string) (bool, bool, *apiError) {
+		v, ok := get(k)
+		if !ok {
+			return false, false, nil
+		}
+		switch v {
+		case "true":
+			return true, true, nil
+		case "false":
+			return false, true, nil
+		}
+		return false, true, invalid(k, "parameter_invalid_boolean", "Invalid boolean: "+v)
+	}
+	p.captureMethod, _ = get("capture_method")
+	switch p.captureMethod {
+	case "", "automatic", "automatic_async", "manual":
+	default:
+		return invalid("capture_method", "", "Invalid capture_method: must be one of automatic, automatic_async, or manual")
+	}
+	if p.captureMethod == "" {
+		p.captureMethod = "automatic"
+	}
+	p.setupFutureUsage, _ = get("setup_future_usage")
+	switch p.setupFutureUsage {
+	case "", "on_session", "off_session":
+	default:
+		return invalid("setup_future_usage", "", "Invalid setup_future_usage: must be one of on_session or off_session")
+	}
+	off, offGiven, err := boolean("off_session")
+	if err != nil {
+		return err
+	}
+	p.offSession = off
+	apmEnabled, apmGiven, err := boolean("automatic_payment_methods[enabled]")
+	if err != nil {
+		return err
+	}
+	p.automaticPaymentMethods = apmEnabled
+	p.allowRedirects, _ = get("automatic_payment_methods[allow_redirects]")
+	switch p.allowRedirects {
+	case "", "always", "never":
+	default:
+		return invalid("automatic_payment_methods[allow_redirects]", "", "Invalid automatic_payment_methods[allow_redirects]: must be one of always or never")
+	}
+	if p.allowRedirects != "" && !apmGiven {
+		return invalid("automatic_payment_methods[enabled]", "parameter_missing", "Missing required param: automatic_payment_methods[enabled].")
+	}
+	for k := range form {
+		if strings.HasPrefix(k, "payment_method_types[") {
+			p.paymentMethodTypes = append(p.paymentMethodTypes, k)
+		}
+	}
+	if len(p.paymentMethodTypes) > 0 {
+		slices.Sort(p.paymentMethodTypes) // payment_method_types[0], [1], ...
+		keys := p.paymentMethodTypes
+		p.paymentMethodTypes = nil
+		for _, k := range keys {
+			v, _ := get(k)
+			p.paymentMethodTypes = append(p.paymentMethodTypes, v)
+		}
+	}
+	if apmGiven && len(p.paymentMethodTypes) > 0 {
+		return invalid("automatic_payment_methods", "", "You may only specify one of these parameters: automatic_payment_methods, payment_method_types.")
+	}
+	p.returnURL, _ = get("return_url")
+	switch {
+	case offGiven && !p.confirm:
+		return invalid("off_session", "", "You can only use `off_session` when `confirm=true`.")
+	case p.returnURL != "" && !p.confirm:
+		return invalid("return_url", "", "You can only use `return_url` when `confirm=true`.")
+	case p.confirm && p.paymentMethod == "":
+		return invalid("payment_method", "payment_intent_unexpected_state", "You cannot confirm this PaymentIntent because it's missing a payment method. To confirm the PaymentIntent with "+
+			"a customer, you must provide a payment method.")
+	case p.confirm && p.returnURL == "" && len(p.paymentMethodTypes) == 0 && (!apmGiven || (apmEnabled && p.allowRedirects != "never")):
+		// From API version 2023-08-16 on, a PaymentIntent without
+		// payment_method_types uses the Dashboard's payment methods,
+		// redirect-based ones included.
+		return invalid("return_url", "", MsgReturnURLRequired)
+	case p.offSession && p.setupFutureUsage == "on_session":
+		return invalid("setup_future_usage", "", "You cannot set `setup_future_usage` to `on_session` when `off_session` is true. Set `setup_future_usage` to `off_session` instead.")
+	}
+	return nil
 }
 
 // create records a PaymentIntent and returns the response Stripe would save:
@@ -722,6 +962,13 @@ func (s *Server) create(p createParams, key, reqID string) savedResponse {
 		ReceiptEmail:              p.receiptEmail,
 		StatementDescriptorSuffix: p.statementDescriptorSuffix,
 		Confirm:                   p.confirm,
+		CaptureMethod:             p.captureMethod,
+		OffSession:                p.offSession,
+		SetupFutureUsage:          p.setupFutureUsage,
+		ReturnURL:                 p.returnURL,
+		PaymentMethodTypes:        p.paymentMethodTypes,
+		AutomaticPaymentMethods:   p.automaticPaymentMethods,
+		AllowRedirects:            p.allowRedirects,
 		Status:                    "requires_confirmation",
 		Metadata:                  p.metadata,
 		Created:                   s.now(),
@@ -734,11 +981,22 @@ func (s *Server) create(p createParams, key, reqID string) savedResponse {
 	s.mu.Lock()
 	pi.SearchableAt = pi.Created.Add(s.searchLag)
 	decline, declined := s.declines[p.paymentMethod]
+	if p.paymentMethod == AuthenticationRequiredCard && p.offSession {
+		decline, declined = "authentication_required", true
+	}
 	if p.confirm && p.paymentMethod != "" {
-		if declined {
+		switch {
+		case declined:
 			pi.Status = "requires_payment_method"
 			pi.DeclineCode = decline
-		} else {
+		case s.actions[p.paymentMethod] || p.paymentMethod == AuthenticationRequiredCard:
+			pi.Status = "requires_action"
+		case p.paymentMethod == ProcessingPaymentMethod:
+			pi.Status = "processing"
+		case p.captureMethod == "manual":
+			pi.Status = "requires_capture"
+			pi.AmountCapturable = pi.Amount
+		default:
 			pi.Status = "succeeded"
 		}
 	}
@@ -749,9 +1007,13 @@ func (s *Server) create(p createParams, key, reqID string) savedResponse {
 	s.mu.Unlock()
 
 	if pi.DeclineCode != "" {
+		code := "card_declined"
+		if pi.DeclineCode == "authentication_required" {
+			code = "authentication_required"
+		}
 		return savedResponse{status: http.StatusPaymentRequired, requestID: reqID, body: errorBody(apiError{
 			Type:          "card_error",
-			Code:          "card_declined",
+			Code:          code,
 			DeclineCode:   pi.DeclineCode,
 			Message:       declineMessage(pi.DeclineCode),
 			DocURL:        "https://stripe.com/docs/error-codes/card-declined",
@@ -772,6 +1034,8 @@ func declineMessage(code string) string {
 		return "Your card has expired."
 	case "incorrect_cvc":
 		return "Your card's security code is incorrect."
+	case "authentication_required":
+		return "Your card was declined. This transaction requires authentication."
 	default:
 		return "Your card was declined."
 	}
@@ -796,9 +1060,9 @@ func (pi *PaymentIntent) wire() map[string]any {
 		"id":                          pi.ID,
 		"object":                      "payment_intent",
 		"amount":                      pi.Amount,
-		"amount_capturable":           0,
+		"amount_capturable":           pi.AmountCapturable,
 		"amount_received":             0,
-		"capture_method":              "automatic",
+		"capture_method":              pi.CaptureMethod,
 		"client_secret":               pi.ID + "_secret_" + strings.Repeat("x", 25),
 		"confirmation_method":         "automatic",
 		"created":                     pi.Created.Unix(),
@@ -815,22 +1079,145 @@ func (pi *PaymentIntent) wire() map[string]any {
 		"statement_descriptor_suffix": nullable(pi.StatementDescriptorSuffix),
 		"status":                      pi.Status,
 	}
-	if pi.Status == "succeeded" {
+	if pi.CaptureMethod == "" {
+		m["capture_method"] = "automatic"
+	}
+	if pi.PaymentMethodTypes != nil {
+		m["payment_method_types"] = pi.PaymentMethodTypes
+	}
+	if pi.AutomaticPaymentMethods {
+		apm := map[string]any{"enabled": true}
+		if pi.AllowRedirects != "" {
+			apm["allow_redirects"] = pi.AllowRedirects
+		}
+		m["automatic_payment_methods"] = apm
+	}
+	m["setup_future_usage"] = nullable(pi.SetupFutureUsage)
+	switch pi.Status {
+	case "succeeded":
 		m["amount_received"] = pi.Amount
+		if pi.AmountReceived != 0 {
+			m["amount_received"] = pi.AmountReceived
+		}
 		m["latest_charge"] = chargeID(pi.ID)
+	case "requires_capture", "processing":
+		m["latest_charge"] = chargeID(pi.ID)
+	case "requires_action":
+		m["next_action"] = map[string]any{"type": "use_stripe_sdk", "use_stripe_sdk": map[string]any{"type": "three_d_secure_redirect"}}
 	}
 	if pi.DeclineCode != "" {
 		m["latest_charge"] = chargeID(pi.ID)
 		m["payment_method"] = nil
+		code := "card_declined"
+		if pi.DeclineCode == "authentication_required" {
+			code = "authentication_required"
+		}
 		m["last_payment_error"] = map[string]any{
 			"type":         "card_error",
-			"code":         "card_declined",
+			"code":         code,
 			"decline_code": pi.DeclineCode,
 			"message":      declineMessage(pi.DeclineCode),
 			"charge":       chargeID(pi.ID),
 		}
 	}
 	return m
+}
+
+// ---- POST /v1/payment_intents/{id}/capture ----
+
+// handleCapture captures an authorised PaymentIntent (requires_capture),
+// optionally for less (amount_to_capture), honouring Idempotency-Key like
+// a create: a success is saved and replayed; a refusal (the PaymentIntent
+// is not in requires_capture, already captured included, or the amount is
+// too large) is a 400 payment_intent_unexpected_state or
+// amount_too_large, not saved. Faults are not injected here.
+func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
+	s.countRequest()
+	reqID := newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+		return
+	}
+	form := r.PostForm
+	id := r.PathValue("id")
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	var claim *idemstore.Claim[savedResponse]
+	if key != "" {
+		c, outcome, saved := s.keys.Begin(key, r.URL.Path+"?"+form.Encode(), s.now())
+		switch outcome {
+		case idemstore.Fresh:
+			claim = c
+		case idemstore.InFlight:
+			s.writeError(w, r, reqID, http.StatusConflict, apiError{Type: "invalid_request_error", Code: "idempotency_key_in_use",
+				Message: "There is currently another in-progress request using this idempotent key: " + key + ". Please try again later."})
+			return
+		case idemstore.Mismatch:
+			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "idempotency_error",
+				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with, and for the same endpoint. Try using a key other than '" + key + "' if you meant to execute a different request."})
+			return
+		case idemstore.Saved:
+			s.mu.Lock()
+			s.replays++
+			s.mu.Unlock()
+			s.replay(w, r, reqID, saved, fault.Fault{})
+			return
+		}
+	}
+	refuse := func(status int, e apiError) {
+		if claim != nil {
+			claim.Release()
+		}
+		s.writeError(w, r, reqID, status, e)
+	}
+	for k := range form {
+		if k != "amount_to_capture" && !strings.HasPrefix(k, "expand[") && !strings.HasPrefix(k, "metadata[") {
+			refuse(http.StatusBadRequest, *invalid(k, "parameter_unknown", "Received unknown parameter: "+k))
+			return
+		}
+	}
+	s.mu.Lock()
+	pi, ok := s.byID[id]
+	if !ok {
+		s.mu.Unlock()
+		refuse(http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
+			Message: "No such payment_intent: '" + id + "'"})
+		return
+	}
+	if pi.Status != "requires_capture" {
+		wire := pi.wire()
+		status := pi.Status
+		s.mu.Unlock()
+		refuse(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
+			Message:       "This PaymentIntent could not be captured because it has a status of " + status + ". Only a PaymentIntent with one of the following statuses may be captured: requires_capture.",
+			DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
+			PaymentIntent: wire})
+		return
+	}
+	amount := pi.AmountCapturable
+	if v := form.Get("amount_to_capture"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 || n > pi.AmountCapturable {
+			capturable := pi.AmountCapturable
+			s.mu.Unlock()
+			refuse(http.StatusBadRequest, *invalid("amount_to_capture", "amount_too_large",
+				fmt.Sprintf("The amount_to_capture must be a positive integer no greater than the amount_capturable (%d).", capturable)))
+			return
+		}
+		amount = n
+	}
+	pi.Status = "succeeded"
+	pi.AmountReceived = amount
+	pi.AmountCapturable = 0
+	body, _ := json.Marshal(pi.wire())
+	s.mu.Unlock()
+	resp := savedResponse{status: http.StatusOK, body: body, requestID: reqID}
+	if claim != nil {
+		claim.Finish(resp)
+	}
+	s.write(w, r, reqID, resp.status, resp.body)
 }
 
 // ---- GET /v1/payment_intents/{id} ----

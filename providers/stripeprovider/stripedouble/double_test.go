@@ -49,6 +49,8 @@ func params(ctx context.Context, key string, intentID int64, amount int64) *stri
 		Customer:      stripe.String("cus_1"),
 		PaymentMethod: stripe.String("pm_card_visa"),
 		Confirm:       stripe.Bool(true),
+		// Without it Stripe (API 2023-08-16 on) wants a return_url.
+		AutomaticPaymentMethods: &stripe.PaymentIntentAutomaticPaymentMethodsParams{Enabled: stripe.Bool(true), AllowRedirects: stripe.String("never")},
 	}
 	p.Context = ctx
 	if key != "" {

@@ -62,6 +62,7 @@ func createForeign(ctx context.Context, pool *pgxpool.Pool, a DoublesAddrs, msgs
 		form := url.Values{
 			"amount": {strconv.Itoa(m.amount)}, "currency": {"usd"}, "customer": {"cus_chaos"},
 			"payment_method": {"pm_card_visa"}, "confirm": {"true"},
+			"automatic_payment_methods[enabled]": {"true"}, "automatic_payment_methods[allow_redirects]": {"never"},
 			"metadata[" + stripeprovider.IntentIDMetadataKey + "]": {strconv.Itoa(i + 1)},
 			"metadata[message_id]":                                 {m.id},
 			"metadata[" + providers.MetadataNamespace + "]":        {ForeignNamespace},

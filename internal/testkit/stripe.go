@@ -36,6 +36,7 @@ func ForeignPaymentIntent(t testing.TB, sd *stripedouble.Server, namespace, key 
 	form := url.Values{
 		"amount": {strconv.Itoa(amount)}, "currency": {"usd"}, "customer": {customer},
 		"payment_method": {"pm_card_visa"}, "confirm": {"true"},
+		"automatic_payment_methods[enabled]": {"true"}, "automatic_payment_methods[allow_redirects]": {"never"},
 		"metadata[" + providers.MetadataNamespace + "]": {namespace},
 		"metadata[" + providers.MetadataKey + "]":       {key},
 		"metadata[" + providers.MetadataIntentID + "]":  {strconv.FormatInt(intentID, 10)},

@@ -9,10 +9,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 )
 
@@ -187,7 +189,7 @@ func TestConcurrentOverlappingBatchesProcessEachMessageOnce(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testkit.WaitWithin(t, &wg, time.Minute)
 	close(errs)
 	for err := range errs {
 		t.Fatalf("ConsumeBatch: %v", err)

@@ -186,7 +186,7 @@ func TestConcurrentDuplicatesProduceOneEffectSet(t *testing.T) {
 		}()
 	}
 	close(start)
-	wg.Wait()
+	testkit.WaitWithin(t, &wg, time.Minute)
 	if len(errs) > 0 {
 		t.Fatalf("%d deliveries failed, first: %v", len(errs), errs[0])
 	}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/migrations"
 )
 
@@ -71,7 +73,7 @@ func TestConcurrentUpIsSerialised(t *testing.T) {
 			results[i], errs[i] = migrations.New(pool, nil).Up(ctx)
 		}()
 	}
-	wg.Wait()
+	testkit.WaitWithin(t, &wg, time.Minute)
 	applied := 0
 	for i, err := range errs {
 		if err != nil {

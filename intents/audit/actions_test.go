@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 )
 
@@ -197,7 +198,7 @@ func TestConcurrentCancelAndResendExactlyOneWins(t *testing.T) {
 			_, cancelErr = b.store.Act(ctx, audit.Action{Kind: audit.ActionResolve, As: intenttype.StateFailed, IntentID: id, Actor: "bob", Reason: "not at the provider", IfState: intenttype.StateInDoubt})
 		}()
 		close(start)
-		wg.Wait()
+		testkit.WaitWithin(t, &wg, time.Minute)
 
 		var winner, loserErr = "resend", cancelErr
 		want := intenttype.StatePending

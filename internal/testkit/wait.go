@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -81,4 +82,22 @@ func (s *SyncBuffer) Count(sub string) int { return strings.Count(s.String(), su
 func Logger() (*slog.Logger, *SyncBuffer) {
 	buf := &SyncBuffer{}
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// WaitWithin waits for wg, failing the test with every goroutine's stack
+// if it has not finished within d: a concurrent test that deadlocks fails
+// with a trace instead of hanging until go test's global timeout.
+func WaitWithin(t testing.TB, wg *sync.WaitGroup, d time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines still running after %s:\n%s", d, buf[:runtime.Stack(buf, true)])
+	}
 }

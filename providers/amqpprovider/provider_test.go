@@ -276,7 +276,7 @@ func TestConcurrentPublishes(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testkit.WaitWithin(t, &wg, time.Minute)
 	close(errs)
 	for err := range errs {
 		t.Errorf("Perform: %v", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
@@ -164,7 +165,7 @@ func TestClassificationThroughTheDouble(t *testing.T) {
 			t.Fatalf("code %q", ae.Code)
 		}
 		cancel()
-		wg.Wait()
+		testkit.WaitWithin(t, &wg, time.Minute)
 	})
 
 	t.Run("RateLimitRetriesAfter", func(t *testing.T) {

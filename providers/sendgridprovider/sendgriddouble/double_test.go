@@ -18,6 +18,7 @@ import (
 	"github.com/sendgrid/sendgrid-go"
 	"github.com/sendgrid/sendgrid-go/helpers/mail"
 
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
 )
@@ -600,7 +601,7 @@ func TestConcurrentSends(t *testing.T) {
 			ids[i] = http.Header(resp.Headers).Get("X-Message-Id")
 		})
 	}
-	wg.Wait()
+	testkit.WaitWithin(t, &wg, time.Minute)
 	seen := map[string]bool{}
 	for _, id := range ids {
 		if seen[id] {

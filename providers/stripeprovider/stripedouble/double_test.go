@@ -16,6 +16,7 @@ import (
 	stripe "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
@@ -306,7 +307,7 @@ func TestConcurrentSameKeyMakesOnePaymentIntent(t *testing.T) {
 			mu.Unlock()
 		}()
 	}
-	wg.Wait()
+	testkit.WaitWithin(t, &wg, time.Minute)
 	if len(ids) != 1 || d.EffectsFor(5) != 1 {
 		t.Fatalf("ids %v, effects %d", ids, d.EffectsFor(5))
 	}

@@ -67,6 +67,9 @@ func (d *Dispatcher) reconcile(ctx context.Context, p providers.Provider, req pr
 func (d *Dispatcher) apply(st *intentstore.Settlement, v verdict, why string) {
 	st.To, st.NewGeneration, st.ProviderRef = v.to, v.newGeneration, v.providerRef
 	st.RecheckCount = st.Row.RecheckCount
+	if v.newGeneration {
+		st.RecheckCount = 0 // a new key starts its own look-ups
+	}
 	switch v.to {
 	case intenttype.StateSucceeded:
 		st.Reason = "reconciled: the provider has it (" + why + ")"

@@ -61,13 +61,7 @@ func TestPastTheKeyWindowAfterAMaybeNeverCallsAgain(t *testing.T) {
 	cfg.RetryBackoff, cfg.RetryBackoffMax = time.Hour, time.Hour
 	b.start(t, cfg)
 
-	deadline := time.Now().Add(20 * time.Second)
-	for a := b.attempts(t, id); len(a) == 0 || a[0].Outcome == ""; a = b.attempts(t, id) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first attempt never settled")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.waitFirstAttempt(t, id)
 	// A day passes, and the job is replaced by a fresh one (deleted in
 	// River's UI, then swept back): River's attempt counter starts over.
 	b.clock.Advance(25 * time.Hour)
@@ -162,13 +156,9 @@ func TestSettlementSurvivesALostConnection(t *testing.T) {
 // absent, and ours is charged under a new key.
 func TestAnotherDeploymentsChargeIsNeverAdopted(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := setup(t, options{})
 	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
-	var key string
-	if err := b.pool.QueryRow(ctx, `SELECT idempotency_key FROM outbox_intents WHERE id = $1`, id).Scan(&key); err != nil {
-		t.Fatal(err)
-	}
+	key := b.key(t, id)
 	theirs := testkit.ForeignPaymentIntent(t, b.stripe, "0therdep10yment0", intenttype.ProviderKey("0therdep10yment0", 0, key, 255), id, 500, "cus_1")
 	b.stripe.Faults().Push(fault.Fault{Kind: fault.ErrorBefore, Status: 500})
 	b.start(t, b.config())
@@ -197,13 +187,9 @@ func TestAnotherDeploymentsChargeIsNeverAdopted(t *testing.T) {
 // why.
 func TestAMismatchedObjectIsHeldInDoubt(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := setup(t, options{})
 	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
-	var key string
-	if err := b.pool.QueryRow(ctx, `SELECT idempotency_key FROM outbox_intents WHERE id = $1`, id).Scan(&key); err != nil {
-		t.Fatal(err)
-	}
+	key := b.key(t, id)
 	ns, pk := testkit.ProviderKey(t, b.pool, key, 255)
 	testkit.ForeignPaymentIntent(t, b.stripe, ns, pk, id, 999, "cus_1")
 	b.stripe.Faults().Push(fault.Fault{Kind: fault.ErrorBefore, Status: 500})
@@ -213,4 +199,23 @@ func TestAMismatchedObjectIsHeldInDoubt(t *testing.T) {
 	if s.State != intenttype.StateInDoubt || !strings.Contains(s.LastError, "not adopted") {
 		t.Fatalf("intent = %+v, want in_doubt, the mismatched object not adopted", s)
 	}
+}
+
+// key returns an intent's idempotency key.
+func (b *testBundle) key(t *testing.T, id int64) string {
+	t.Helper()
+	var key string
+	if err := b.pool.QueryRow(context.Background(), `SELECT idempotency_key FROM outbox_intents WHERE id = $1`, id).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// waitFirstAttempt waits until the intent's first attempt has an outcome.
+func (b *testBundle) waitFirstAttempt(t *testing.T, id int64) {
+	t.Helper()
+	testkit.Eventually(t, 20*time.Second, "the first attempt's outcome", func() bool {
+		a := b.attempts(t, id)
+		return len(a) > 0 && a[0].Outcome != ""
+	})
 }

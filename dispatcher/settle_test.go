@@ -63,13 +63,7 @@ func TestCancelRefusedOnceAnAttemptMayHaveActed(t *testing.T) {
 	cfg.RetryBackoff, cfg.RetryBackoffMax = time.Hour, time.Hour // the retry waits
 	b.start(t, cfg)
 
-	deadline := time.Now().Add(20 * time.Second)
-	for len(b.attempts(t, id)) == 0 || b.attempts(t, id)[0].Outcome == "" {
-		if time.Now().After(deadline) {
-			t.Fatal("the first attempt never settled")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	b.waitFirstAttempt(t, id)
 	if n := b.stripe.EffectsFor(id); n != 1 {
 		t.Fatalf("Stripe double has %d PaymentIntents after the lost response, want 1", n)
 	}

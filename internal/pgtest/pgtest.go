@@ -91,6 +91,13 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
+	return connect(t, name)
+}
+
+// connect opens a pool on the test server's database name, closed and the
+// database dropped when t ends.
+func connect(t testing.TB, name string) (*pgxpool.Pool, string) {
+	t.Helper()
 	dbURL, err := WithDatabase(ServerURL(), name)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +108,7 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	}
 	// Room for a dispatcher's workers and a test's own queries.
 	poolConfig.MaxConns = 20
-	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	pool, err := pgxpool.NewWithConfig(context.Background(), poolConfig)
 	if err != nil {
 		t.Fatalf("pgtest: connect to %s: %v", name, err)
 	}
@@ -147,21 +154,7 @@ func NewEmptyDB(t testing.TB) (*pgxpool.Pool, string) {
 	if err := CreateDatabase(ctx, name, ""); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	dbURL, err := WithDatabase(ServerURL(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatalf("pgtest: connect to %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		if err := DropDatabase(context.Background(), name); err != nil {
-			t.Errorf("pgtest: %v", err)
-		}
-	})
-	return pool, dbURL
+	return connect(t, name)
 }
 
 // CreateDatabase creates database name on the test server, cloned from

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -208,7 +209,7 @@ func handle(m *message) intents.Handler {
 		if err := rec.Record(intents.Intent{
 			Kind: stripeprovider.KindPaymentIntent, Name: "payment", Reference: m.id,
 			Payload: map[string]any{
-				"amount": m.amount, "currency": "usd", "customer": "cus_chaos",
+				"amount": m.amount, "currency": "usd", "customer": customerOf(m.id),
 				"payment_method": "pm_card_visa", "confirm": true,
 				"metadata": map[string]string{"message_id": m.id},
 			},
@@ -241,4 +242,12 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// customerOf spreads the suite's payments over 50 customers, as a shop's are
+// spread: reconciliation lists one customer's recent PaymentIntents.
+func customerOf(messageID string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(messageID))
+	return fmt.Sprintf("cus_chaos_%02d", h.Sum32()%50)
 }

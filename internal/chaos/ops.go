@@ -60,7 +60,7 @@ func createForeign(ctx context.Context, pool *pgxpool.Pool, a DoublesAddrs, msgs
 		m := msgs[(i/2)%len(msgs)]
 		key := intenttype.MessageKey(m.consumer, m.id, "payment")
 		form := url.Values{
-			"amount": {strconv.Itoa(m.amount)}, "currency": {"usd"}, "customer": {"cus_chaos"},
+			"amount": {strconv.Itoa(m.amount)}, "currency": {"usd"}, "customer": {customerOf(m.id)},
 			"payment_method": {"pm_card_visa"}, "confirm": {"true"},
 			"automatic_payment_methods[enabled]": {"true"}, "automatic_payment_methods[allow_redirects]": {"never"},
 			"metadata[" + stripeprovider.IntentIDMetadataKey + "]": {strconv.Itoa(i + 1)},

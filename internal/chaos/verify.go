@@ -333,8 +333,11 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 }
 
 // explainInDoubt checks that every in_doubt intent was really ambiguous: it
-// has an ambiguous attempt, and the provider's side or the chaos log backs
-// the reason that attempt gives (see the Why constants).
+// has an attempt that may have reached the provider (one classified
+// ambiguous, or a retry without proof that the provider did nothing: a 5xx
+// or no answer, which makes "may have acted" stick until the budget runs
+// out), and the provider's side or the chaos log backs the reason that
+// attempt gives (see the Why constants).
 func explainInDoubt(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, ids []int64, byID map[int64]intentRow, rep *Report, problem func(string, ...any)) error {
 	if len(ids) == 0 {
 		return nil
@@ -348,16 +351,25 @@ func explainInDoubt(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evi
 		return fmt.Errorf("chaos: read attempts: %w", err)
 	}
 	lastAmbiguous := map[int64]attemptRow{}
+	lastMaybe := map[int64]attemptRow{}
 	for _, a := range attempts {
-		if a.Outcome == "ambiguous" {
+		switch {
+		case a.Outcome == "ambiguous":
 			lastAmbiguous[a.IntentID] = a
+		case a.Outcome == "retry" && (a.HTTPStatus >= 500 || a.HTTPStatus == 0 || a.HTTPStatus == 409):
+			lastMaybe[a.IntentID] = a
+		}
+	}
+	for id, a := range lastMaybe {
+		if _, ok := lastAmbiguous[id]; !ok {
+			lastAmbiguous[id] = a
 		}
 	}
 	for _, id := range ids {
 		in := byID[id]
 		a, ok := lastAmbiguous[id]
 		if !ok {
-			problem("intent %d (%s) is in_doubt without an ambiguous attempt (last error %q)", id, in.Kind, in.LastError)
+			problem("intent %d (%s) is in_doubt without an attempt that may have acted (last error %q)", id, in.Kind, in.LastError)
 			continue
 		}
 		wire := ev.wire[in.Kind][id]

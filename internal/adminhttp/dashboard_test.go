@@ -158,3 +158,63 @@ func TestDashboardOverview(t *testing.T) {
 		t.Errorf("reading the dashboard changed the database:\nbefore %s\nafter  %s", before, after)
 	}
 }
+
+// TestDashboardChartPerMinute places intents at known minutes of the last
+// hour and reads the chart's lines back into counts per minute.
+func TestDashboardChartPerMinute(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{token: testToken})
+	since := b.clock.Now().Truncate(time.Minute).Add(-59 * time.Minute)
+	at := func(minute int) time.Time { return since.Add(time.Duration(minute)*time.Minute + 30*time.Second) }
+	ids := b.record(t, message("m-1", "billing", payment("a", "r-1"), email("b", "r-1"), email("c", "r-1"), payment("d", "r-1")))
+	b.setState(t, ids[0], intenttype.StateSucceeded)
+	b.setState(t, ids[2], intenttype.StateInDoubt)
+	b.setState(t, ids[3], intenttype.StateFailed)
+	for _, p := range []struct {
+		id                 int64
+		created, ended     time.Time
+		finished, inDoubts bool
+	}{
+		{ids[0], at(10), at(20), true, false},                          // succeeded after ten minutes
+		{ids[1], since.Add(-2 * time.Hour), time.Time{}, false, false}, // pending since before the window
+		{ids[2], at(30), at(40), false, true},                          // in doubt after ten minutes
+		{ids[3], at(50), at(55), true, false},                          // failed after five
+	} {
+		if _, err := b.pool.Exec(context.Background(), `UPDATE outbox_intents SET created_at = $2::timestamptz,
+			updated_at = CASE WHEN $3::bool THEN $4::timestamptz ELSE $2::timestamptz END, finished_at = CASE WHEN $5::bool THEN $4::timestamptz END WHERE id = $1`,
+			p.id, p.created, p.inDoubts || p.finished, p.ended, p.finished); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := b.do(t, req{path: "/"})
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /: %s", r)
+	}
+	wantContains(t, "the chart", r.body, `text-anchor="end">2</text>`, `text-anchor="end">1</text>`)
+	got := map[string][]int{}
+	for _, m := range regexp.MustCompile(`class="series series-(\w+)" points="([^"]+)"`).FindAllStringSubmatch(r.body, -1) {
+		for _, pt := range strings.Fields(m[2]) {
+			var x, y float64
+			if _, err := fmt.Sscanf(pt, "%f,%f", &x, &y); err != nil {
+				t.Fatalf("point %q: %v", pt, err)
+			}
+			got[m[1]] = append(got[m[1]], int((140-y)*2/130+0.5))
+		}
+	}
+	want := map[string][]int{"recorded": make([]int, 60), "succeeded": make([]int, 60), "in_doubt": make([]int, 60), "backlog": make([]int, 60)}
+	want["recorded"][10], want["recorded"][30], want["recorded"][50] = 1, 1, 1
+	want["succeeded"][20] = 1
+	want["in_doubt"][40] = 1
+	for i := range want["backlog"] {
+		want["backlog"][i] = 1 // the old pending one
+		if (i >= 10 && i < 20) || (i >= 30 && i < 40) || (i >= 50 && i < 55) {
+			want["backlog"][i]++
+		}
+	}
+	for name, w := range want {
+		if fmt.Sprint(got[name]) != fmt.Sprint(w) {
+			t.Errorf("%s per minute:\n got %v\nwant %v", name, got[name], w)
+		}
+	}
+	wantContains(t, "the legend", r.body, `recorded <strong class="total">3</strong>`, `backlog <strong class="total">1</strong>`)
+}

@@ -301,6 +301,14 @@ func (b *browser) text(selector string) string {
 	return s
 }
 
+// count returns how many elements match selector.
+func (b *browser) count(selector string) int {
+	b.t.Helper()
+	var n int
+	b.eval(fmt.Sprintf(`document.querySelectorAll(%q).length`, selector), &n)
+	return n
+}
+
 // screenshot saves the page as PNG.
 func (b *browser) screenshot(path string) {
 	b.t.Helper()

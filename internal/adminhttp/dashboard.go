@@ -21,7 +21,9 @@ import (
 //go:embed templates/*.html static/style.css
 var assets embed.FS
 
-func parseTemplates() (*template.Template, error) {
+// parseTemplates parses the pages; now is the clock relative ages are
+// computed from.
+func parseTemplates(now func() time.Time) (*template.Template, error) {
 	funcs := template.FuncMap{
 		"fmtTime": func(t time.Time) string {
 			if t.IsZero() {
@@ -35,7 +37,9 @@ func parseTemplates() (*template.Template, error) {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05")
 		},
-		"ago": func(t time.Time) string { return humanDuration(time.Since(t)) + " ago" },
+		"ago":     func(t time.Time) string { return relativeAge(now(), t) },
+		"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"refURL":  refURL,
 		"duration": func(d time.Duration) string {
 			if d <= 0 {
 				return "none"
@@ -87,6 +91,7 @@ type pageData struct {
 	CSRF     string
 	TokenSet bool
 	RiverUI  bool
+	Refresh  refreshState
 	Body     any
 }
 
@@ -148,8 +153,13 @@ func (s *Server) page(h pageHandler) http.Handler {
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name, title string, body any) {
+	s.renderRefresh(w, r, status, name, title, body, refreshState{})
+}
+
+// renderRefresh renders a page that reloads itself when refresh.On.
+func (s *Server) renderRefresh(w http.ResponseWriter, r *http.Request, status int, name, title string, body any, refresh refreshState) {
 	a := authFrom(r.Context())
-	data := pageData{Title: title, TokenSet: s.keys.tokenSet, RiverUI: s.riverUI != nil, Body: body}
+	data := pageData{Title: title, TokenSet: s.keys.tokenSet, RiverUI: s.riverUI != nil, Refresh: refresh, Body: body}
 	if a.session != "" {
 		data.CSRF = s.keys.csrfToken(a.session)
 	}
@@ -163,7 +173,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(cleanControls(buf.Bytes()))
 }
 
 type errorBody struct {
@@ -183,31 +193,60 @@ type stateCount struct {
 }
 
 type listBody struct {
-	Counts   []stateCount
-	Total    int
-	Oldest   time.Duration
-	Form     url.Values
-	Checked  map[string]bool
-	States   []intenttype.State
-	Page     audit.Page
-	NextURL  string
-	FirstURL string
-	Error    string
+	Chart     chart
+	Kinds     []choice
+	Providers []choice
+	Paused    bool
+	Counts    []stateCount
+	Total     int
+	Oldest    time.Duration
+	Form      url.Values
+	Checked   map[string]bool
+	States    []intenttype.State
+	Page      audit.Page
+	NextURL   string
+	FirstURL  string
+	Error     string
 }
 
 func (s *Server) listPage(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	body := listBody{Form: q, Checked: map[string]bool{}, States: intenttype.States}
+	paused, perr := takeRefresh(q)
+	body := listBody{Form: q, Checked: map[string]bool{}, States: intenttype.States, Paused: paused}
 	f, ferr := parseFilter(q, s.cfg.Now())
+	if perr != nil {
+		ferr = perr
+	}
 	status := http.StatusOK
+	// withRefresh keeps a paused page paused across its links.
+	withRefresh := func(v url.Values) url.Values {
+		if paused {
+			v.Set(refreshParam, "off")
+		}
+		return v
+	}
 	if ferr == nil && hasEmpty(q) {
 		// A submitted filter form sends every field: keep the URL short.
-		clean := filterQuery(f)
+		clean := withRefresh(filterQuery(f))
 		if f.Cursor != "" {
 			clean.Set("cursor", f.Cursor)
 		}
 		http.Redirect(w, r, "/?"+clean.Encode(), http.StatusSeeOther)
 		return nil
+	}
+	stats, err := s.cfg.Audit.Stats(r.Context())
+	if err != nil {
+		return err
+	}
+	body.Kinds = kindChoices(s.cfg.Audit.Kinds(), stats, f.Kinds)
+	body.Providers = providerChoices(s.cfg.Audit.Providers(), f.Providers)
+	if ferr == nil {
+		// The choices are all there is: a value that is none of them would
+		// silently match nothing.
+		ferr = checkChoices("kind", f.Kinds, body.Kinds)
+	}
+	if ferr == nil {
+		ferr = checkChoices("provider", f.Providers, body.Providers)
 	}
 	if ferr != nil {
 		var reqErr *requestError
@@ -217,10 +256,13 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) error {
 		body.Error = reqErr.Msg
 		status = reqErr.Status
 	}
-	stats, err := s.cfg.Audit.Stats(r.Context())
+	now := s.cfg.Now()
+	since := now.Truncate(chartBucket).Add(-(chartBuckets - 1) * chartBucket)
+	activity, err := s.cfg.Audit.Activity(r.Context(), since, chartBucket, chartBuckets)
 	if err != nil {
 		return err
 	}
+	body.Chart = newChart(activity, now)
 	for _, st := range f.States {
 		body.Checked[string(st)] = true
 	}
@@ -241,15 +283,19 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) error {
 		}
 		body.Page = page
 		if page.NextCursor != "" {
-			next := filterQuery(f)
+			next := withRefresh(filterQuery(f))
 			next.Set("cursor", page.NextCursor)
 			body.NextURL = "/?" + next.Encode()
 		}
 		if f.Cursor != "" {
-			body.FirstURL = "/?" + filterQuery(f).Encode()
+			body.FirstURL = "/?" + withRefresh(filterQuery(f)).Encode()
 		}
 	}
-	s.render(w, r, status, "list.html", "Intents", body)
+	refresh := refreshState{}
+	if status == http.StatusOK {
+		refresh = newRefresh("/", q, paused)
+	}
+	s.renderRefresh(w, r, status, "list.html", "Intents", body, refresh)
 	return nil
 }
 

@@ -44,6 +44,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /logout", s.page(s.logout))
 	mux.Handle("GET /{$}", s.page(s.listPage))
 	mux.Handle("GET /intents/{ref}", s.page(s.detailPage))
+	mux.Handle("GET /references/{ref}", s.page(s.referencePage))
 	mux.Handle("GET /intents/{id}/{action}", s.page(s.confirmPage))
 	mux.Handle("POST /intents/{id}/{action}", s.page(s.actionSubmit))
 

@@ -220,7 +220,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	pages, err := parseTemplates()
+	pages, err := parseTemplates(cfg.Now)
 	if err != nil {
 		return nil, err
 	}

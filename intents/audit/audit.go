@@ -157,7 +157,10 @@ type Stats struct {
 	InDoubt int `json:"in_doubt"`
 	// OldestPendingAge is the age of the oldest pending or dispatching
 	// intent, measured by the database's clock, or 0 when there is none.
-	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
+	OldestPendingAge time.Duration `json:"-"`
+	// OldestPendingAgeSeconds is OldestPendingAge in seconds, as JSON shows
+	// it (and the metric outbox_oldest_pending_intent_age_seconds).
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 }
 
 // Store reads and acts on the outbox's tables. It is safe for concurrent

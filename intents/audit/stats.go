@@ -43,6 +43,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 		}
 		if micros != nil {
 			st.OldestPendingAge = max(0, time.Duration(*micros)*time.Microsecond)
+			st.OldestPendingAgeSeconds = st.OldestPendingAge.Seconds()
 		}
 		return nil
 	})

@@ -11,17 +11,6 @@ import (
 	"github.com/outboxkit/outbox/intents/intenttype"
 )
 
-// statsJSON is `outboxd stats --json`: audit.Stats with the age in
-// seconds, as a number, as the metric outbox_oldest_pending_intent_age_seconds
-// gives it.
-type statsJSON struct {
-	Total                   int                                 `json:"total"`
-	ByState                 map[intenttype.State]int            `json:"by_state"`
-	ByKindState             map[string]map[intenttype.State]int `json:"by_kind_state"`
-	InDoubt                 int                                 `json:"in_doubt"`
-	OldestPendingAgeSeconds float64                             `json:"oldest_pending_age_seconds"`
-}
-
 func runStats(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("stats", "stats [flags]", `
 Counts intents by state and by kind, and shows how many are in_doubt (each
@@ -44,10 +33,7 @@ dispatcher is behind or not running).`, env)
 		return err
 	}
 	if *asJSON {
-		return writeJSON(env.Stdout, statsJSON{
-			Total: st.Total, ByState: st.ByState, ByKindState: st.ByKindState, InDoubt: st.InDoubt,
-			OldestPendingAgeSeconds: st.OldestPendingAge.Seconds(),
-		})
+		return writeJSON(env.Stdout, st)
 	}
 
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/bytecheck"
+	"github.com/outboxkit/outbox/internal/termtext"
 	"github.com/outboxkit/outbox/providers/amqpprovider"
 	"github.com/outboxkit/outbox/providers/jetstreamprovider"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
@@ -203,7 +204,7 @@ Examples:
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tKIND\tREFERENCE\tATTEMPTS\tAGE\tLAST ERROR")
 	for _, in := range page.Intents {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, in.State, in.Kind, orDash(oneLine(in.Reference, 32)),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, in.State, termtext.Line(in.Kind), orDash(oneLine(in.Reference, 32)),
 			in.AttemptCount, age(now.Sub(in.CreatedAt)), orDash(oneLine(in.LastError, 60)))
 	}
 	if err := tw.Flush(); err != nil {
@@ -306,17 +307,17 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "intent\t%d\n", in.ID)
 	fmt.Fprintf(tw, "state\t%s\n", in.State)
-	fmt.Fprintf(tw, "kind\t%s (provider %s)\n", in.Kind, in.Provider)
-	fmt.Fprintf(tw, "idempotency key\t%s\n", in.IdempotencyKey)
+	fmt.Fprintf(tw, "kind\t%s (provider %s)\n", termtext.Line(in.Kind), termtext.Line(in.Provider))
+	fmt.Fprintf(tw, "idempotency key\t%s\n", termtext.Line(in.IdempotencyKey))
 	if in.Consumer != "" || in.MessageID != "" {
-		fmt.Fprintf(tw, "message\t%s from consumer %s\n", orDash(in.MessageID), orDash(in.Consumer))
+		fmt.Fprintf(tw, "message\t%s from consumer %s\n", orDash(termtext.Line(in.MessageID)), orDash(termtext.Line(in.Consumer)))
 	}
 	if in.Name != "" {
-		fmt.Fprintf(tw, "name\t%s\n", in.Name)
+		fmt.Fprintf(tw, "name\t%s\n", termtext.Line(in.Name))
 	}
-	fmt.Fprintf(tw, "reference\t%s\n", orDash(in.Reference))
+	fmt.Fprintf(tw, "reference\t%s\n", orDash(termtext.Line(in.Reference)))
 	fmt.Fprintf(tw, "attempts\t%d\n", in.AttemptCount)
-	fmt.Fprintf(tw, "provider reference\t%s\n", orDash(in.ProviderRef))
+	fmt.Fprintf(tw, "provider reference\t%s\n", orDash(termtext.Line(in.ProviderRef)))
 	fmt.Fprintf(tw, "last error\t%s\n", orDash(oneLine(in.LastError, 500)))
 	fmt.Fprintf(tw, "created\t%s (%s ago)\n", stamp(in.CreatedAt), age(now.Sub(in.CreatedAt)))
 	fmt.Fprintf(tw, "updated\t%s\n", stamp(in.UpdatedAt))
@@ -336,7 +337,7 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 	} else {
 		pretty.Write(in.Payload)
 	}
-	fmt.Fprintf(w, "  %s\n", pretty.String())
+	fmt.Fprintf(w, "  %s\n", termtext.Clean(pretty.String(), true))
 
 	fmt.Fprintf(w, "\nattempts (%d):\n", len(d.Attempts))
 	if len(d.Attempts) > 0 {
@@ -358,8 +359,8 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 			if a.Replayed {
 				replayed = "yes"
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(a.StartedAt), ended, outcome, status, replayed,
-				orDash(a.ProviderRef), orDash(oneLine(a.Error, 120)))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(a.StartedAt), ended, termtext.Line(outcome), status, replayed,
+				orDash(termtext.Line(a.ProviderRef)), orDash(oneLine(a.Error, 120)))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -374,7 +375,7 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 		if e.FromState != "" {
 			change = string(e.FromState) + " -> " + change
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", stamp(e.At), e.Actor, change, orDash(oneLine(e.Reason, 200)))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", stamp(e.At), termtext.Line(e.Actor), change, orDash(oneLine(e.Reason, 200)))
 	}
 	return tw.Flush()
 }
@@ -505,7 +506,7 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	if kind == audit.ActionResend {
 		note = "; a dispatch job is enqueued"
 	}
-	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, actionVerb(kind), audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix), note)
+	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, actionVerb(kind), termtext.Line(audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix)), note)
 	return nil
 }
 
@@ -652,7 +653,7 @@ func orDash(s string) string {
 
 // oneLine flattens s to one line of at most n runes, for a table cell.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = termtext.Line(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"
 	}

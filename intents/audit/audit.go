@@ -142,6 +142,9 @@ type Detail struct {
 	Attempts []intenttype.Attempt `json:"attempts"`
 	// Events are oldest first.
 	Events []intenttype.Event `json:"events"`
+	// HowToCheck says how to look the intent's effect up at its provider
+	// (HowToCheck).
+	HowToCheck Check `json:"how_to_check"`
 }
 
 // Stats counts intents.

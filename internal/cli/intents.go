@@ -328,6 +328,21 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 		return err
 	}
 
+	c := d.HowToCheck
+	fmt.Fprintf(w, "\nhow to check at the provider (%s):\n", termtext.Line(c.Provider))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  search for\t%s\n", termtext.Line(c.Search))
+	if c.URL != "" {
+		fmt.Fprintf(tw, "  where\t%s\n", termtext.Line(c.URL))
+	}
+	if c.ObjectURL != "" {
+		fmt.Fprintf(tw, "  object\t%s\n", termtext.Line(c.ObjectURL))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "  %s\n", termtext.Line(c.Note))
+
 	fmt.Fprintln(w, "\npayload (redacted):")
 	var pretty strings.Builder
 	var v any

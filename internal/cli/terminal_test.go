@@ -41,7 +41,8 @@ func TestTerminalOutputHasNoControlCharacters(t *testing.T) {
 		wantContains(t, fmt.Sprint(args), r.stdout, `\x1b[2J\x1b[H fake\x07`)
 	}
 	r := db.run(t, "intents", "show", id)
-	wantContains(t, "intents show", r.stdout, "provider said: ", "500: ", "reason ", "msg-", "dispatcher")
+	wantContains(t, "intents show", r.stdout, "how to check at the provider (sendgrid)", "https://app.sendgrid.com/email_activity",
+		"unique_args['", "provider said: ", "500: ", "reason ", "msg-", "dispatcher")
 	// JSON output keeps the bytes exactly (encoding/json escapes them).
 	r = db.run(t, "intents", "show", id, "--json")
 	if r.code != 0 || strings.Contains(r.stdout, "\x1b") || !strings.Contains(r.stdout, `\u001b[2J`) {

@@ -151,20 +151,5 @@ func (a Action) validate() (string, error) {
 	if a.IfState != "" && !a.IfState.Valid() {
 		return "", inputError("if_state", "unknown state %q (known: %s)", truncate(string(a.IfState), 40), stateNames())
 	}
-	actor := strings.TrimPrefix(a.Actor, ActorPrefix)
-	switch {
-	case strings.TrimSpace(actor) == "":
-		return "", inputError("actor", "say who acts (e.g. a user name)")
-	case len(actor) > MaxActorLength:
-		return "", inputError("actor", "longer than %d bytes", MaxActorLength)
-	case !printable(actor):
-		return "", inputError("actor", "contains control characters or invalid UTF-8")
-	}
-	switch {
-	case len(a.Reason) > MaxReasonLength:
-		return "", inputError("reason", "longer than %d bytes (%d)", MaxReasonLength, len(a.Reason))
-	case !printable(a.Reason):
-		return "", inputError("reason", "contains control characters or invalid UTF-8")
-	}
-	return ActorPrefix + actor, nil
+	return validateActorReason(a.Actor, a.Reason, false)
 }

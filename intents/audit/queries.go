@@ -61,3 +61,6 @@ const oldestPendingAgeSQL = `
 SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
 FROM outbox_intents
 WHERE state IN ('pending', 'dispatching')`
+
+// payloadSQL reads an intent's payload as recorded, for Reveal.
+const payloadSQL = `SELECT payload FROM outbox_intents WHERE id = $1`

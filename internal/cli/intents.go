@@ -279,30 +279,61 @@ Shows one intent, found by its numeric id or its idempotency key: its
 fields, its payload (redacted by its provider's rule), every attempt (start,
 end, outcome, HTTP status, whether the provider replayed a saved answer,
 the provider's reference, the error) and its event log, oldest first.
-Exits 1 if there is no such intent.`, env)
+It also says how to look the intent up at its provider (what to search
+for, and where), to check an in_doubt intent before resolving or retrying
+it. Exits 1 if there is no such intent.
+
+The payload is redacted (an email's recipients, say). To see it whole,
+add --reveal with a --reason: the reveal is written to the intent's event
+log (who, when, why) and changes nothing else.
+
+Examples:
+  outboxd intents show 42
+  outboxd intents show 42 --reveal --reason "ticket 881: look up the recipient in SendGrid"`, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
-	asJSON := fs.Bool("json", false, `print the intent as JSON: {"intent": {...}, "attempts": [...], "events": [...]}`)
+	asJSON := fs.Bool("json", false, `print the intent as JSON: {"intent": {...}, "attempts": [...], "events": [...], "how_to_check": {...}}`)
+	reveal := fs.Bool("reveal", false, "show the payload unredacted; needs --reason, and is recorded in the event log")
+	reason := fs.String("reason", "", "with --reveal: why you need the unredacted payload (recorded in the event log)")
+	actor := env.Getenv("USER")
+	if actor == "" {
+		actor = "operator"
+	}
+	fs.StringVar(&actor, "actor", actor, `with --reveal: who looks, recorded as "operator:<actor>"; the default is $USER, else "operator"`)
 	idOrKey, err := parseOnePositional(fs, args, env, "ID|KEY")
 	if err != nil {
 		return err
+	}
+	if !*reveal && *reason != "" {
+		return usageErrorf("--reason is only for --reveal")
+	}
+	if *reveal && strings.TrimSpace(*reason) == "" {
+		return usageErrorf("--reveal needs --reason: say why you need the unredacted payload, for the event log")
 	}
 	store, pool, err := openStore(ctx, dbURL, env)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	d, err := store.Get(ctx, idOrKey)
+	var d audit.Detail
+	if *reveal {
+		d, err = store.Reveal(ctx, idOrKey, actor, *reason)
+		if errors.Is(err, audit.ErrInvalidInput) {
+			return actionUsageError(err)
+		}
+	} else {
+		d, err = store.Get(ctx, idOrKey)
+	}
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		return writeJSON(env.Stdout, d)
 	}
-	return printDetail(env.Stdout, d, time.Now())
+	return printDetail(env.Stdout, d, time.Now(), *reveal)
 }
 
-func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
+func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) error {
 	in := d.Intent
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "intent\t%d\n", in.ID)
@@ -343,7 +374,11 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 	}
 	fmt.Fprintf(w, "  %s\n", termtext.Line(c.Note))
 
-	fmt.Fprintln(w, "\npayload (redacted):")
+	if revealed {
+		fmt.Fprintln(w, "\npayload (unredacted; this reveal is recorded in the event log):")
+	} else {
+		fmt.Fprintln(w, "\npayload (redacted; --reveal --reason TEXT shows it whole):")
+	}
 	var pretty strings.Builder
 	var v any
 	if err := json.Unmarshal(in.Payload, &v); err == nil {

@@ -259,7 +259,7 @@ func TestIntentsShowPayloadAttemptsAndEvents(t *testing.T) {
 		}
 		wantContains(t, fmt.Sprint(args), r.stdout,
 			fmt.Sprintf("intent              %d", db.receipt), "in_doubt", "sendgrid.email (provider sendgrid)", "billing:e1", "order-1",
-			"payload (redacted):", `"subject": "Receipt"`,
+			"payload (redacted;", `"subject": "Receipt"`,
 			"attempts (1):", "OUTCOME", "ambiguous", "502", "yes", "msg_abc", "bad gateway",
 			"events (1):", "consumer:billing", "pending", "recorded")
 		if strings.Contains(r.stdout, "buyer@example.com") {

@@ -37,7 +37,7 @@ func intentsSubcommands() []intentsSubcommand {
 		{"list", "list intents, newest first, filtered by state, kind, consumer, ...", runIntentsList},
 		{"show", "show one intent: its redacted payload, every attempt and its event log", runIntentsShow},
 		{"retry", "retry an in_doubt intent: perform it again (after checking the effect did not happen); alias: resend", runIntentsRetry},
-		{"cancel", "cancel a pending or in_doubt intent", runIntentsCancel},
+		{"cancel", "cancel a pending intent no attempt may have reached the provider for", runIntentsCancel},
 		{"resolve", "settle an in_doubt intent as succeeded or failed", runIntentsResolve},
 	}
 }
@@ -145,15 +145,7 @@ Examples:
   outboxd intents list --reference order-42 --json`, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
-	var states, kinds, providerNames listFlag
-	fs.Var(&states, "state", "keep intents in this state: "+stateList()+" (repeatable, or comma-separated)")
-	fs.Var(&kinds, "kind", "keep intents of this kind, e.g. "+stripeprovider.KindPaymentIntent+" (repeatable)")
-	fs.Var(&providerNames, "provider", "keep intents of this provider: "+strings.Join(builtinProviders, ", ")+" (repeatable)")
-	consumer := fs.String("consumer", "", "keep intents recorded by this consumer")
-	messageID := fs.String("message-id", "", "keep intents recorded for this message id")
-	reference := fs.String("reference", "", "keep intents with this business reference")
-	since := fs.String("since", "", "keep intents created at or after this time: RFC 3339 (2024-05-01T12:00:00Z) or a duration ago (90m, 24h, 7d)")
-	until := fs.String("until", "", "keep intents created before this time: RFC 3339 or a duration ago")
+	ff := registerFilterFlags(fs)
 	limit := fs.Int("limit", audit.DefaultPageSize, fmt.Sprintf("intents per page, 1 to %d", audit.MaxPageSize))
 	cursor := fs.String("cursor", "", "continue from a previous page (its 'next page' hint)")
 	asJSON := fs.Bool("json", false, `print the page as JSON: {"intents": [...], "next_cursor": "..."}`)
@@ -161,18 +153,11 @@ Examples:
 		return err
 	}
 	now := time.Now()
-	f := audit.Filter{Kinds: kinds, Providers: providerNames, Consumer: *consumer, MessageID: *messageID,
-		Reference: *reference, Cursor: *cursor, Limit: *limit}
-	for _, s := range states {
-		f.States = append(f.States, intenttype.State(s))
-	}
-	var err error
-	if f.CreatedSince, err = parseWhen("--since", *since, now); err != nil {
+	f, err := ff.filter(now)
+	if err != nil {
 		return err
 	}
-	if f.CreatedUntil, err = parseWhen("--until", *until, now); err != nil {
-		return err
-	}
+	f.Cursor, f.Limit = *cursor, *limit
 	if f.Limit == 0 {
 		return usageErrorf("--limit must be between 1 and %d, got 0", audit.MaxPageSize)
 	}
@@ -184,10 +169,7 @@ Examples:
 		return err
 	}
 	defer pool.Close()
-	if err := checkKnown(ctx, pool, "--kind", "kind", kinds, builtinKinds); err != nil {
-		return err
-	}
-	if err := checkKnown(ctx, pool, "--provider", "provider", providerNames, builtinProviders); err != nil {
+	if err := ff.checkKnown(ctx, pool); err != nil {
 		return err
 	}
 	page, err := store.List(ctx, f)
@@ -227,9 +209,9 @@ func nextPageCommand(fs *flag.FlagSet, f audit.Filter, cursor string) string {
 		switch fl.Name {
 		case "database-url", "cursor", "json":
 			return
-		case "since":
+		case "since", "created-since":
 			value = f.CreatedSince.UTC().Format(time.RFC3339Nano)
-		case "until":
+		case "until", "created-until":
 			value = f.CreatedUntil.UTC().Format(time.RFC3339Nano)
 		}
 		words = append(words, "--"+fl.Name, shellQuote(value))
@@ -437,6 +419,9 @@ type actionFlags struct {
 	reason      *string
 	expectState *string
 	asJSON      *bool
+	// The bulk form: every intent the filter selects.
+	filter      *filterFlags
+	dryRun, yes *bool
 }
 
 func (a *actionFlags) register(fs *flag.FlagSet, env Env) {
@@ -448,7 +433,10 @@ func (a *actionFlags) register(fs *flag.FlagSet, env Env) {
 	fs.StringVar(&a.actor, "actor", actor, `who acts, recorded as "operator:<actor>"; the default is $USER, else "operator"`)
 	a.reason = fs.String("reason", "", fmt.Sprintf("why; recorded in the event log (required, at most %d characters)", audit.MaxReasonLength))
 	a.expectState = fs.String("expect-state", "", "act only if the intent is still in this state (the one you saw); otherwise change nothing and exit 1")
-	a.asJSON = fs.Bool("json", false, "print the intent, as it now is, as JSON")
+	a.asJSON = fs.Bool("json", false, "print the intent, as it now is, as JSON (in bulk: the summary and every intent's outcome)")
+	a.filter = registerFilterFlags(fs)
+	a.dryRun = fs.Bool("dry-run", false, "in bulk: list what would change, and change nothing")
+	a.yes = fs.Bool("yes", false, "in bulk: act without asking (needed when stdin is not a terminal)")
 }
 
 // actionArgFlag names the flag that sets an action's argument
@@ -464,32 +452,41 @@ func actionArgFlag(field string) string {
 }
 
 func runIntentsRetry(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("intents retry", "intents retry ID|KEY --reason TEXT [flags]", `
+	fs := newFlagSet("intents retry", "intents retry ID|KEY --reason TEXT [flags]\n   or: outboxd intents retry --state in_doubt [filters] --reason TEXT [--dry-run | --yes]", `
 Retries an in_doubt intent ('resend' is another name for it): moves it
-back to pending and enqueues its dispatch job, in one transaction. Do this only after checking at the
-provider that the effect did not happen: the dispatcher then performs it
-once more, even past the provider's idempotency-key window (for Stripe,
-within the window a repeat is answered with Stripe's saved response).
-Any other state: nothing changes, exit 1.`, env)
+back to pending under a new provider key with a fresh attempt budget, and
+enqueues its dispatch job, in one transaction. Do this only after checking
+at the provider that the effect did not happen ('outboxd intents show ID'
+says where to look): the dispatcher then performs it once more.
+Any other state: nothing changes, exit 1.
+`+bulkHelp+`
+Examples:
+  outboxd intents retry 42 --reason "Stripe shows no PaymentIntent for it"
+  outboxd intents retry --state in_doubt --provider sendgrid --since 2h --reason "SendGrid outage, none delivered" --dry-run`, env)
 	var af actionFlags
 	af.register(fs, env)
 	return runAction(ctx, fs, args, env, &af, audit.ActionResend, func() (intenttype.State, error) { return "", nil })
 }
 
 func runIntentsCancel(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("intents cancel", "intents cancel ID|KEY --reason TEXT [flags]", `
-Cancels a pending or in_doubt intent for good: it will not be attempted
-(again). Any other state: nothing changes, exit 1.`, env)
+	fs := newFlagSet("intents cancel", "intents cancel ID|KEY --reason TEXT [flags]\n   or: outboxd intents cancel --state pending [filters] --reason TEXT [--dry-run | --yes]", `
+Cancels a pending intent for good: it will not be attempted. Only while no
+attempt may have reached the provider: an intent an attempt may have acted
+for ends succeeded, or in_doubt for you to resolve. Any other state, or an
+attempt in flight: nothing changes, exit 1.
+`+bulkHelp, env)
 	var af actionFlags
 	af.register(fs, env)
 	return runAction(ctx, fs, args, env, &af, audit.ActionCancel, func() (intenttype.State, error) { return "", nil })
 }
 
 func runIntentsResolve(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("intents resolve", "intents resolve ID|KEY --as succeeded|failed --reason TEXT [flags]", `
+	fs := newFlagSet("intents resolve", "intents resolve ID|KEY --as succeeded|failed --reason TEXT [flags]\n   or: outboxd intents resolve --state in_doubt [filters] --as succeeded|failed --reason TEXT [--dry-run | --yes]", `
 Settles an in_doubt intent after you found out at the provider what
-happened: --as succeeded if the effect happened, --as failed if it did not
-and must not be attempted again. Any other state: nothing changes, exit 1.`, env)
+happened ('outboxd intents show ID' says where to look): --as succeeded if
+the effect happened, --as failed if it did not and must not be attempted
+again. Any other state: nothing changes, exit 1.
+`+bulkHelp, env)
 	var af actionFlags
 	af.register(fs, env)
 	as := fs.String("as", "", "succeeded or failed (required)")
@@ -507,9 +504,18 @@ and must not be attempted again. Any other state: nothing changes, exit 1.`, env
 // runAction parses an action's arguments, validates them before
 // connecting, and carries the action out.
 func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af *actionFlags, kind audit.ActionKind, target func() (intenttype.State, error)) error {
-	idOrKey, err := parseOnePositional(fs, args, env, "ID|KEY")
+	idOrKey, err := parsePositionals(fs, args, env, "ID|KEY", true)
 	if err != nil {
 		return err
+	}
+	bulk := af.filter.set()
+	switch {
+	case idOrKey != "" && bulk:
+		return usageErrorf("give one intent's ID|KEY, or filters (--state ...) to act on every intent they select, not both")
+	case idOrKey == "" && !bulk:
+		return usageErrorf("give the intent's ID|KEY, or --state (and other filters) to act on every intent they select")
+	case !bulk && (*af.dryRun || *af.yes):
+		return usageErrorf("--dry-run and --yes are for the bulk form (with --state)")
 	}
 	as, err := target()
 	if err != nil {
@@ -517,6 +523,9 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	}
 	if strings.TrimSpace(*af.reason) == "" {
 		return usageErrorf("--reason is required: say why, for the event log")
+	}
+	if bulk {
+		return runBulkAction(ctx, env, af, audit.BulkAction{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason})
 	}
 	action := audit.Action{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason, IfState: intenttype.State(*af.expectState)}
 	id, numeric := parseID(idOrKey)
@@ -572,6 +581,12 @@ func actionVerb(kind audit.ActionKind) string {
 // parseOnePositional parses flags that may come before or after one
 // positional argument, and requires exactly one.
 func parseOnePositional(fs *flag.FlagSet, args []string, env Env, what string) (string, error) {
+	return parsePositionals(fs, args, env, what, false)
+}
+
+// parsePositionals is parseOnePositional for a command whose one
+// positional argument may be optional; "" when none is given.
+func parsePositionals(fs *flag.FlagSet, args []string, env Env, what string, optional bool) (string, error) {
 	if err := applyEnv(fs, env); err != nil {
 		return "", err
 	}
@@ -588,6 +603,9 @@ func parseOnePositional(fs *flag.FlagSet, args []string, env Env, what string) (
 	}
 	switch len(positional) {
 	case 0:
+		if optional {
+			return "", nil
+		}
 		return "", usageErrorf("give the intent's %s", what)
 	case 1:
 		if positional[0] == "" {

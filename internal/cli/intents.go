@@ -331,6 +331,12 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) erro
 	fmt.Fprintf(tw, "reference\t%s\n", orDash(termtext.Line(in.Reference)))
 	fmt.Fprintf(tw, "attempts\t%d\n", in.AttemptCount)
 	fmt.Fprintf(tw, "provider reference\t%s\n", orDash(termtext.Line(in.ProviderRef)))
+	if in.ProviderKey != "" {
+		fmt.Fprintf(tw, "provider key\t%s (namespace %s, key generation %d)\n", termtext.Line(in.ProviderKey), orDash(termtext.Line(in.Namespace)), in.KeyGeneration)
+	}
+	if in.MayHaveActed {
+		fmt.Fprintf(tw, "may have acted\tyes: an attempt may have reached the provider\n")
+	}
 	fmt.Fprintf(tw, "last error\t%s\n", orDash(oneLine(in.LastError, 500)))
 	fmt.Fprintf(tw, "created\t%s (%s ago)\n", stamp(in.CreatedAt), age(now.Sub(in.CreatedAt)))
 	fmt.Fprintf(tw, "updated\t%s\n", stamp(in.UpdatedAt))

@@ -186,14 +186,14 @@ Examples:
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tKIND\tREFERENCE\tATTEMPTS\tAGE\tLAST ERROR")
 	for _, in := range page.Intents {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, in.State, termtext.Line(in.Kind), orDash(oneLine(in.Reference, 32)),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, termtext.Line(string(in.State)), termtext.Line(in.Kind), orDash(oneLine(in.Reference, 32)),
 			in.AttemptCount, age(now.Sub(in.CreatedAt)), orDash(oneLine(in.LastError, 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if page.NextCursor != "" {
-		fmt.Fprintf(env.Stdout, "next page: %s\n", nextPageCommand(fs, f, page.NextCursor))
+		fmt.Fprintf(env.Stdout, "next page: %s\n", termtext.Line(nextPageCommand(fs, f, page.NextCursor)))
 	}
 	return nil
 }
@@ -319,7 +319,7 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) erro
 	in := d.Intent
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "intent\t%d\n", in.ID)
-	fmt.Fprintf(tw, "state\t%s\n", in.State)
+	fmt.Fprintf(tw, "state\t%s\n", termtext.Line(string(in.State)))
 	fmt.Fprintf(tw, "kind\t%s (provider %s)\n", termtext.Line(in.Kind), termtext.Line(in.Provider))
 	fmt.Fprintf(tw, "idempotency key\t%s\n", termtext.Line(in.IdempotencyKey))
 	if in.Consumer != "" || in.MessageID != "" {
@@ -410,10 +410,14 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) erro
 	fmt.Fprintln(tw, "  AT\tACTOR\tCHANGE\tREASON")
 	for _, e := range d.Events {
 		change := string(e.ToState)
-		if e.FromState != "" {
+		switch e.FromState {
+		case "":
+		case e.ToState:
+			change += " (unchanged)"
+		default:
 			change = string(e.FromState) + " -> " + change
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", stamp(e.At), termtext.Line(e.Actor), change, orDash(oneLine(e.Reason, 200)))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", stamp(e.At), termtext.Line(e.Actor), termtext.Line(change), orDash(oneLine(e.Reason, 200)))
 	}
 	return tw.Flush()
 }

@@ -28,7 +28,7 @@ func TestIntentsShowRevealIsRecorded(t *testing.T) {
 		t.Fatalf("intents show --reveal: %s", r)
 	}
 	wantContains(t, "intents show --reveal", r.stdout, "buyer@example.com", "payload (unredacted",
-		"operator:alice", "in_doubt -> in_doubt", "revealed payload: ticket 881: which address?")
+		"operator:alice", "in_doubt (unchanged)", "revealed payload: ticket 881: which address?")
 	state, events := db.state(t, db.receipt)
 	if state != intenttype.StateInDoubt || events != before+1 {
 		t.Errorf("after a reveal: %s with %d events, want in_doubt with %d", state, events, before+1)

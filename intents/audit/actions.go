@@ -53,21 +53,20 @@ type Action struct {
 	IfState intenttype.State
 }
 
-// Resend moves an in_doubt intent back to pending and enqueues its dispatch
-// job, in one transaction: the job is not worked before the commit and
-// disappears if it rolls back. The dispatcher then makes one more attempt
-// even past the provider's key window: the operator has checked that the
-// effect did not happen. (A provider with a key still sees the intent's
-// key; within the key window, Stripe answers a repeat with its saved
-// response.) actor and reason are recorded in the event; reason may be
-// empty. From any other state: a *TransitionError, nothing changed.
+// Resend moves an in_doubt intent back to pending under a new key
+// generation, with a fresh attempt budget, and enqueues its dispatch job,
+// in one transaction: the job is not worked before the commit and
+// disappears if it rolls back. The dispatcher then performs it once more:
+// the operator has checked (HowToCheck) that the effect did not happen.
+// actor and reason are recorded in the event; reason may be empty. From
+// any other state: a *TransitionError, nothing changed.
 func (s *Store) Resend(ctx context.Context, id int64, actor, reason string) (intenttype.Intent, error) {
 	return s.Act(ctx, Action{Kind: ActionResend, IntentID: id, Actor: actor, Reason: reason})
 }
 
-// Cancel moves a pending or in_doubt intent to cancelled, for good. A
-// dispatcher attempt already in flight still records its attempt, but
-// leaves the state to the operator. From any other state: a
+// Cancel moves a pending intent to cancelled, for good, while no attempt
+// may have reached the provider for it. From any other state, with an
+// attempt in flight, or once an attempt may have acted: a
 // *TransitionError, nothing changed.
 func (s *Store) Cancel(ctx context.Context, id int64, actor, reason string) (intenttype.Intent, error) {
 	return s.Act(ctx, Action{Kind: ActionCancel, IntentID: id, Actor: actor, Reason: reason})
@@ -151,20 +150,5 @@ func (a Action) validate() (string, error) {
 	if a.IfState != "" && !a.IfState.Valid() {
 		return "", inputError("if_state", "unknown state %q (known: %s)", truncate(string(a.IfState), 40), stateNames())
 	}
-	actor := strings.TrimPrefix(a.Actor, ActorPrefix)
-	switch {
-	case strings.TrimSpace(actor) == "":
-		return "", inputError("actor", "say who acts (e.g. a user name)")
-	case len(actor) > MaxActorLength:
-		return "", inputError("actor", "longer than %d bytes", MaxActorLength)
-	case !printable(actor):
-		return "", inputError("actor", "contains control characters or invalid UTF-8")
-	}
-	switch {
-	case len(a.Reason) > MaxReasonLength:
-		return "", inputError("reason", "longer than %d bytes (%d)", MaxReasonLength, len(a.Reason))
-	case !printable(a.Reason):
-		return "", inputError("reason", "contains control characters or invalid UTF-8")
-	}
-	return ActorPrefix + actor, nil
+	return validateActorReason(a.Actor, a.Reason, false)
 }

@@ -17,6 +17,12 @@
 //     it and append an event with the actor and reason, in one transaction.
 //     A transition the diagram does not allow returns a *TransitionError and
 //     changes nothing.
+//   - ActAll applies one action to every intent a Filter selects, each
+//     intent through Act with IfState set to the state it was listed in; a
+//     dry run changes nothing.
+//   - Reveal returns an intent with its payload unredacted, after
+//     recording who asked and why in its event log (no state change).
+//   - HowToCheck says how to look an intent up at its provider.
 //   - Stats counts intents by state and by kind.
 package audit
 
@@ -142,6 +148,9 @@ type Detail struct {
 	Attempts []intenttype.Attempt `json:"attempts"`
 	// Events are oldest first.
 	Events []intenttype.Event `json:"events"`
+	// HowToCheck says how to look the intent's effect up at its provider
+	// (HowToCheck).
+	HowToCheck Check `json:"how_to_check"`
 }
 
 // Stats counts intents.

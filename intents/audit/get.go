@@ -53,6 +53,7 @@ func (s *Store) Get(ctx context.Context, idOrKey string) (Detail, error) {
 		return Detail{}, fmt.Errorf("audit: get intent: %w", err)
 	}
 	s.redact(&d.Intent)
+	d.HowToCheck = HowToCheck(d.Intent)
 	return d, nil
 }
 

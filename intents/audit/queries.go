@@ -89,3 +89,6 @@ SELECT state,
     count(*)
 FROM touched
 GROUP BY 1, 2, 3`
+
+// payloadSQL reads an intent's payload as recorded, for Reveal.
+const payloadSQL = `SELECT payload FROM outbox_intents WHERE id = $1`

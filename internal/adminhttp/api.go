@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/outboxkit/outbox/intents/audit"
@@ -92,16 +93,49 @@ func (s *Server) apiAction(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r.Body, &req, true); err != nil {
 		return err
 	}
-	actor := strings.TrimSpace(r.Header.Get("X-Actor"))
-	if actor == "" {
-		actor = defaultAPIActor
-	}
+	actor := actorOf(r)
 	in, err := s.act(r, id, action, req, actor)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"intent": in})
 	return nil
+}
+
+// revealRequest is the body of POST /api/v1/intents/{id}/reveal.
+type revealRequest struct {
+	// Reason goes into the event log; required.
+	Reason string `json:"reason"`
+}
+
+// apiReveal answers the intent's detail with its payload unredacted, after
+// recording in its event log who (X-Actor) asked and why. The intent's
+// state does not change.
+func (s *Server) apiReveal(w http.ResponseWriter, r *http.Request) error {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	var req revealRequest
+	if err := decodeBody(r.Body, &req, false); err != nil {
+		return err
+	}
+	actor := actorOf(r)
+	d, err := s.cfg.Audit.Reveal(r.Context(), strconv.FormatInt(id, 10), actor, strings.TrimSpace(req.Reason))
+	if err != nil {
+		return err
+	}
+	s.cfg.Logger.InfoContext(r.Context(), "operator revealed a payload", "intent_id", id, "actor", actor)
+	writeJSON(w, http.StatusOK, d)
+	return nil
+}
+
+// actorOf is the X-Actor header, or defaultAPIActor.
+func actorOf(r *http.Request) string {
+	if actor := strings.TrimSpace(r.Header.Get("X-Actor")); actor != "" {
+		return actor
+	}
+	return defaultAPIActor
 }
 
 // act carries out an operator action through audit, which validates its

@@ -89,6 +89,9 @@ func TestAPIListGetAndStats(t *testing.T) {
 	if byID.Intent.ID != order1[1] || byID.Intent.State != intenttype.StateInDoubt || len(byID.Attempts) != 1 || len(byID.Events) != 2 {
 		t.Errorf("GET by id = %+v", byID)
 	}
+	if c := byID.HowToCheck; c.Provider != "sendgrid" || c.URL != "https://app.sendgrid.com/email_activity" || c.Search == "" || c.Note == "" {
+		t.Errorf("GET by id: how_to_check = %+v", c)
+	}
 	r = b.do(t, req{path: "/api/v1/intents/" + url.PathEscape(byID.Intent.IdempotencyKey)})
 	if r.status != http.StatusOK {
 		t.Fatalf("GET by key %q: %s", byID.Intent.IdempotencyKey, r)

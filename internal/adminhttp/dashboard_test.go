@@ -112,6 +112,7 @@ func TestDashboardOverview(t *testing.T) {
 		{name: "reference page takes no filter", path: "/references/order-1?state=pending", status: 400},
 		{name: "detail links to its reference", path: fmt.Sprintf("/intents/%d", first[1]), status: 200, wants: []string{
 			`<a class="ref" href="/references/order-1">order-1</a>`, `3 min ago</time>`,
+			`id="how-to-check"`, `intent_id`,
 		}, absent: []string{`http-equiv="refresh"`}},
 		{name: "confirmation forms never refresh", path: fmt.Sprintf("/intents/%d/resolve", first[1]), status: 200, absent: []string{`http-equiv="refresh"`, `id="refresh-toggle"`}},
 		{name: "control characters are shown, not sent", path: fmt.Sprintf("/intents/%d", third[0]), status: 200, wants: []string{

@@ -163,6 +163,8 @@ type req struct {
 	header             map[string]string
 	noAuth             bool
 	cookies            []*http.Cookie
+	// revealOK allows personal data in the response (a reveal's).
+	revealOK bool
 }
 
 func (b *testBundle) do(t *testing.T, rq req) response {
@@ -205,7 +207,7 @@ func (b *testBundle) do(t *testing.T, rq req) response {
 		t.Errorf("%s %s: the response contains the admin token", method, rq.path)
 	}
 	for _, pii := range []string{receiptEmail, recipientEmail} {
-		if strings.Contains(out.body, pii) {
+		if !rq.revealOK && strings.Contains(out.body, pii) {
 			t.Errorf("%s %s: the response contains unredacted personal data %q", method, rq.path, pii)
 		}
 	}

@@ -31,6 +31,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /api/v1/intents", s.api(s.apiList))
 	mux.Handle("GET /api/v1/intents/{ref}", s.api(s.apiGet))
 	mux.Handle("POST /api/v1/intents/{id}/{action}", s.api(s.apiAction))
+	mux.Handle("POST /api/v1/intents/{id}/reveal", s.api(s.apiReveal))
+	mux.Handle("POST /api/v1/intents/bulk", s.api(s.apiBulk))
 	mux.Handle("GET /api/v1/stats", s.api(s.apiStats))
 	mux.Handle("POST /api/v1/messages", s.api(s.apiRecord))
 	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"github.com/outboxkit/outbox/internal/termtext"
 )
 
 // Env is what a command may touch of its process.
@@ -126,10 +128,10 @@ func exitCode(name string, err error, env Env) int {
 		return 0
 	case errors.Is(err, errUsage):
 		// The sentinel's text says nothing the message does not.
-		fmt.Fprintf(env.Stderr, "outboxd %s: %s\n", name, strings.TrimPrefix(cliMessage(err), errUsage.Error()+": "))
+		fmt.Fprintf(env.Stderr, "outboxd %s: %s\n", name, termtext.Clean(strings.TrimPrefix(cliMessage(err), errUsage.Error()+": "), true))
 		return 2
 	default:
-		fmt.Fprintf(env.Stderr, "outboxd %s: %v\n", name, cliMessage(err))
+		fmt.Fprintf(env.Stderr, "outboxd %s: %v\n", name, termtext.Clean(cliMessage(err), true))
 		return 1
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/bytecheck"
+	"github.com/outboxkit/outbox/internal/termtext"
 	"github.com/outboxkit/outbox/providers/amqpprovider"
 	"github.com/outboxkit/outbox/providers/jetstreamprovider"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
@@ -36,7 +37,7 @@ func intentsSubcommands() []intentsSubcommand {
 		{"list", "list intents, newest first, filtered by state, kind, consumer, ...", runIntentsList},
 		{"show", "show one intent: its redacted payload, every attempt and its event log", runIntentsShow},
 		{"retry", "retry an in_doubt intent: perform it again (after checking the effect did not happen); alias: resend", runIntentsRetry},
-		{"cancel", "cancel a pending or in_doubt intent", runIntentsCancel},
+		{"cancel", "cancel a pending intent no attempt may have reached the provider for", runIntentsCancel},
 		{"resolve", "settle an in_doubt intent as succeeded or failed", runIntentsResolve},
 	}
 }
@@ -144,15 +145,7 @@ Examples:
   outboxd intents list --reference order-42 --json`, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
-	var states, kinds, providerNames listFlag
-	fs.Var(&states, "state", "keep intents in this state: "+stateList()+" (repeatable, or comma-separated)")
-	fs.Var(&kinds, "kind", "keep intents of this kind, e.g. "+stripeprovider.KindPaymentIntent+" (repeatable)")
-	fs.Var(&providerNames, "provider", "keep intents of this provider: "+strings.Join(builtinProviders, ", ")+" (repeatable)")
-	consumer := fs.String("consumer", "", "keep intents recorded by this consumer")
-	messageID := fs.String("message-id", "", "keep intents recorded for this message id")
-	reference := fs.String("reference", "", "keep intents with this business reference")
-	since := fs.String("since", "", "keep intents created at or after this time: RFC 3339 (2024-05-01T12:00:00Z) or a duration ago (90m, 24h, 7d)")
-	until := fs.String("until", "", "keep intents created before this time: RFC 3339 or a duration ago")
+	ff := registerFilterFlags(fs)
 	limit := fs.Int("limit", audit.DefaultPageSize, fmt.Sprintf("intents per page, 1 to %d", audit.MaxPageSize))
 	cursor := fs.String("cursor", "", "continue from a previous page (its 'next page' hint)")
 	asJSON := fs.Bool("json", false, `print the page as JSON: {"intents": [...], "next_cursor": "..."}`)
@@ -160,18 +153,11 @@ Examples:
 		return err
 	}
 	now := time.Now()
-	f := audit.Filter{Kinds: kinds, Providers: providerNames, Consumer: *consumer, MessageID: *messageID,
-		Reference: *reference, Cursor: *cursor, Limit: *limit}
-	for _, s := range states {
-		f.States = append(f.States, intenttype.State(s))
-	}
-	var err error
-	if f.CreatedSince, err = parseWhen("--since", *since, now); err != nil {
+	f, err := ff.filter(now)
+	if err != nil {
 		return err
 	}
-	if f.CreatedUntil, err = parseWhen("--until", *until, now); err != nil {
-		return err
-	}
+	f.Cursor, f.Limit = *cursor, *limit
 	if f.Limit == 0 {
 		return usageErrorf("--limit must be between 1 and %d, got 0", audit.MaxPageSize)
 	}
@@ -183,10 +169,7 @@ Examples:
 		return err
 	}
 	defer pool.Close()
-	if err := checkKnown(ctx, pool, "--kind", "kind", kinds, builtinKinds); err != nil {
-		return err
-	}
-	if err := checkKnown(ctx, pool, "--provider", "provider", providerNames, builtinProviders); err != nil {
+	if err := ff.checkKnown(ctx, pool); err != nil {
 		return err
 	}
 	page, err := store.List(ctx, f)
@@ -203,14 +186,14 @@ Examples:
 	tw := tabwriter.NewWriter(env.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tKIND\tREFERENCE\tATTEMPTS\tAGE\tLAST ERROR")
 	for _, in := range page.Intents {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, in.State, in.Kind, orDash(oneLine(in.Reference, 32)),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, termtext.Line(string(in.State)), termtext.Line(in.Kind), orDash(oneLine(in.Reference, 32)),
 			in.AttemptCount, age(now.Sub(in.CreatedAt)), orDash(oneLine(in.LastError, 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if page.NextCursor != "" {
-		fmt.Fprintf(env.Stdout, "next page: %s\n", nextPageCommand(fs, f, page.NextCursor))
+		fmt.Fprintf(env.Stdout, "next page: %s\n", termtext.Line(nextPageCommand(fs, f, page.NextCursor)))
 	}
 	return nil
 }
@@ -226,9 +209,9 @@ func nextPageCommand(fs *flag.FlagSet, f audit.Filter, cursor string) string {
 		switch fl.Name {
 		case "database-url", "cursor", "json":
 			return
-		case "since":
+		case "since", "created-since":
 			value = f.CreatedSince.UTC().Format(time.RFC3339Nano)
-		case "until":
+		case "until", "created-until":
 			value = f.CreatedUntil.UTC().Format(time.RFC3339Nano)
 		}
 		words = append(words, "--"+fl.Name, shellQuote(value))
@@ -278,45 +261,82 @@ Shows one intent, found by its numeric id or its idempotency key: its
 fields, its payload (redacted by its provider's rule), every attempt (start,
 end, outcome, HTTP status, whether the provider replayed a saved answer,
 the provider's reference, the error) and its event log, oldest first.
-Exits 1 if there is no such intent.`, env)
+It also says how to look the intent up at its provider (what to search
+for, and where), to check an in_doubt intent before resolving or retrying
+it. Exits 1 if there is no such intent.
+
+The payload is redacted (an email's recipients, say). To see it whole,
+add --reveal with a --reason: the reveal is written to the intent's event
+log (who, when, why) and changes nothing else.
+
+Examples:
+  outboxd intents show 42
+  outboxd intents show 42 --reveal --reason "ticket 881: look up the recipient in SendGrid"`, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
-	asJSON := fs.Bool("json", false, `print the intent as JSON: {"intent": {...}, "attempts": [...], "events": [...]}`)
+	asJSON := fs.Bool("json", false, `print the intent as JSON: {"intent": {...}, "attempts": [...], "events": [...], "how_to_check": {...}}`)
+	reveal := fs.Bool("reveal", false, "show the payload unredacted; needs --reason, and is recorded in the event log")
+	reason := fs.String("reason", "", "with --reveal: why you need the unredacted payload (recorded in the event log)")
+	actor := env.Getenv("USER")
+	if actor == "" {
+		actor = "operator"
+	}
+	fs.StringVar(&actor, "actor", actor, `with --reveal: who looks, recorded as "operator:<actor>"; the default is $USER, else "operator"`)
 	idOrKey, err := parseOnePositional(fs, args, env, "ID|KEY")
 	if err != nil {
 		return err
+	}
+	if !*reveal && *reason != "" {
+		return usageErrorf("--reason is only for --reveal")
+	}
+	if *reveal && strings.TrimSpace(*reason) == "" {
+		return usageErrorf("--reveal needs --reason: say why you need the unredacted payload, for the event log")
 	}
 	store, pool, err := openStore(ctx, dbURL, env)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	d, err := store.Get(ctx, idOrKey)
+	var d audit.Detail
+	if *reveal {
+		d, err = store.Reveal(ctx, idOrKey, actor, *reason)
+		if errors.Is(err, audit.ErrInvalidInput) {
+			return actionUsageError(err)
+		}
+	} else {
+		d, err = store.Get(ctx, idOrKey)
+	}
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		return writeJSON(env.Stdout, d)
 	}
-	return printDetail(env.Stdout, d, time.Now())
+	return printDetail(env.Stdout, d, time.Now(), *reveal)
 }
 
-func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
+func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) error {
 	in := d.Intent
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "intent\t%d\n", in.ID)
-	fmt.Fprintf(tw, "state\t%s\n", in.State)
-	fmt.Fprintf(tw, "kind\t%s (provider %s)\n", in.Kind, in.Provider)
-	fmt.Fprintf(tw, "idempotency key\t%s\n", in.IdempotencyKey)
+	fmt.Fprintf(tw, "state\t%s\n", termtext.Line(string(in.State)))
+	fmt.Fprintf(tw, "kind\t%s (provider %s)\n", termtext.Line(in.Kind), termtext.Line(in.Provider))
+	fmt.Fprintf(tw, "idempotency key\t%s\n", termtext.Line(in.IdempotencyKey))
 	if in.Consumer != "" || in.MessageID != "" {
-		fmt.Fprintf(tw, "message\t%s from consumer %s\n", orDash(in.MessageID), orDash(in.Consumer))
+		fmt.Fprintf(tw, "message\t%s from consumer %s\n", orDash(termtext.Line(in.MessageID)), orDash(termtext.Line(in.Consumer)))
 	}
 	if in.Name != "" {
-		fmt.Fprintf(tw, "name\t%s\n", in.Name)
+		fmt.Fprintf(tw, "name\t%s\n", termtext.Line(in.Name))
 	}
-	fmt.Fprintf(tw, "reference\t%s\n", orDash(in.Reference))
+	fmt.Fprintf(tw, "reference\t%s\n", orDash(termtext.Line(in.Reference)))
 	fmt.Fprintf(tw, "attempts\t%d\n", in.AttemptCount)
-	fmt.Fprintf(tw, "provider reference\t%s\n", orDash(in.ProviderRef))
+	fmt.Fprintf(tw, "provider reference\t%s\n", orDash(termtext.Line(in.ProviderRef)))
+	if in.ProviderKey != "" {
+		fmt.Fprintf(tw, "provider key\t%s (namespace %s, key generation %d)\n", termtext.Line(in.ProviderKey), orDash(termtext.Line(in.Namespace)), in.KeyGeneration)
+	}
+	if in.MayHaveActed {
+		fmt.Fprintf(tw, "may have acted\tyes: an attempt may have reached the provider\n")
+	}
 	fmt.Fprintf(tw, "last error\t%s\n", orDash(oneLine(in.LastError, 500)))
 	fmt.Fprintf(tw, "created\t%s (%s ago)\n", stamp(in.CreatedAt), age(now.Sub(in.CreatedAt)))
 	fmt.Fprintf(tw, "updated\t%s\n", stamp(in.UpdatedAt))
@@ -327,7 +347,26 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 		return err
 	}
 
-	fmt.Fprintln(w, "\npayload (redacted):")
+	c := d.HowToCheck
+	fmt.Fprintf(w, "\nhow to check at the provider (%s):\n", termtext.Line(c.Provider))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  search for\t%s\n", termtext.Line(c.Search))
+	if c.URL != "" {
+		fmt.Fprintf(tw, "  where\t%s\n", termtext.Line(c.URL))
+	}
+	if c.ObjectURL != "" {
+		fmt.Fprintf(tw, "  object\t%s\n", termtext.Line(c.ObjectURL))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "  %s\n", termtext.Line(c.Note))
+
+	if revealed {
+		fmt.Fprintln(w, "\npayload (unredacted; this reveal is recorded in the event log):")
+	} else {
+		fmt.Fprintln(w, "\npayload (redacted; --reveal --reason TEXT shows it whole):")
+	}
 	var pretty strings.Builder
 	var v any
 	if err := json.Unmarshal(in.Payload, &v); err == nil {
@@ -336,7 +375,7 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 	} else {
 		pretty.Write(in.Payload)
 	}
-	fmt.Fprintf(w, "  %s\n", pretty.String())
+	fmt.Fprintf(w, "  %s\n", termtext.Clean(pretty.String(), true))
 
 	fmt.Fprintf(w, "\nattempts (%d):\n", len(d.Attempts))
 	if len(d.Attempts) > 0 {
@@ -358,8 +397,8 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 			if a.Replayed {
 				replayed = "yes"
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(a.StartedAt), ended, outcome, status, replayed,
-				orDash(a.ProviderRef), orDash(oneLine(a.Error, 120)))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(a.StartedAt), ended, termtext.Line(outcome), status, replayed,
+				orDash(termtext.Line(a.ProviderRef)), orDash(oneLine(a.Error, 120)))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -371,10 +410,14 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time) error {
 	fmt.Fprintln(tw, "  AT\tACTOR\tCHANGE\tREASON")
 	for _, e := range d.Events {
 		change := string(e.ToState)
-		if e.FromState != "" {
+		switch e.FromState {
+		case "":
+		case e.ToState:
+			change += " (unchanged)"
+		default:
 			change = string(e.FromState) + " -> " + change
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", stamp(e.At), e.Actor, change, orDash(oneLine(e.Reason, 200)))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", stamp(e.At), termtext.Line(e.Actor), termtext.Line(change), orDash(oneLine(e.Reason, 200)))
 	}
 	return tw.Flush()
 }
@@ -386,6 +429,9 @@ type actionFlags struct {
 	reason      *string
 	expectState *string
 	asJSON      *bool
+	// The bulk form: every intent the filter selects.
+	filter      *filterFlags
+	dryRun, yes *bool
 }
 
 func (a *actionFlags) register(fs *flag.FlagSet, env Env) {
@@ -397,7 +443,10 @@ func (a *actionFlags) register(fs *flag.FlagSet, env Env) {
 	fs.StringVar(&a.actor, "actor", actor, `who acts, recorded as "operator:<actor>"; the default is $USER, else "operator"`)
 	a.reason = fs.String("reason", "", fmt.Sprintf("why; recorded in the event log (required, at most %d characters)", audit.MaxReasonLength))
 	a.expectState = fs.String("expect-state", "", "act only if the intent is still in this state (the one you saw); otherwise change nothing and exit 1")
-	a.asJSON = fs.Bool("json", false, "print the intent, as it now is, as JSON")
+	a.asJSON = fs.Bool("json", false, "print the intent, as it now is, as JSON (in bulk: the summary and every intent's outcome)")
+	a.filter = registerFilterFlags(fs)
+	a.dryRun = fs.Bool("dry-run", false, "in bulk: list what would change, and change nothing")
+	a.yes = fs.Bool("yes", false, "in bulk: act without asking (needed when stdin is not a terminal)")
 }
 
 // actionArgFlag names the flag that sets an action's argument
@@ -413,32 +462,41 @@ func actionArgFlag(field string) string {
 }
 
 func runIntentsRetry(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("intents retry", "intents retry ID|KEY --reason TEXT [flags]", `
+	fs := newFlagSet("intents retry", "intents retry ID|KEY --reason TEXT [flags]\n   or: outboxd intents retry --state in_doubt [filters] --reason TEXT [--dry-run | --yes]", `
 Retries an in_doubt intent ('resend' is another name for it): moves it
-back to pending and enqueues its dispatch job, in one transaction. Do this only after checking at the
-provider that the effect did not happen: the dispatcher then performs it
-once more, even past the provider's idempotency-key window (for Stripe,
-within the window a repeat is answered with Stripe's saved response).
-Any other state: nothing changes, exit 1.`, env)
+back to pending under a new provider key with a fresh attempt budget, and
+enqueues its dispatch job, in one transaction. Do this only after checking
+at the provider that the effect did not happen ('outboxd intents show ID'
+says where to look): the dispatcher then performs it once more.
+Any other state: nothing changes, exit 1.
+`+bulkHelp+`
+Examples:
+  outboxd intents retry 42 --reason "Stripe shows no PaymentIntent for it"
+  outboxd intents retry --state in_doubt --provider sendgrid --since 2h --reason "SendGrid outage, none delivered" --dry-run`, env)
 	var af actionFlags
 	af.register(fs, env)
 	return runAction(ctx, fs, args, env, &af, audit.ActionResend, func() (intenttype.State, error) { return "", nil })
 }
 
 func runIntentsCancel(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("intents cancel", "intents cancel ID|KEY --reason TEXT [flags]", `
-Cancels a pending or in_doubt intent for good: it will not be attempted
-(again). Any other state: nothing changes, exit 1.`, env)
+	fs := newFlagSet("intents cancel", "intents cancel ID|KEY --reason TEXT [flags]\n   or: outboxd intents cancel --state pending [filters] --reason TEXT [--dry-run | --yes]", `
+Cancels a pending intent for good: it will not be attempted. Only while no
+attempt may have reached the provider: an intent an attempt may have acted
+for ends succeeded, or in_doubt for you to resolve. Any other state, or an
+attempt in flight: nothing changes, exit 1.
+`+bulkHelp, env)
 	var af actionFlags
 	af.register(fs, env)
 	return runAction(ctx, fs, args, env, &af, audit.ActionCancel, func() (intenttype.State, error) { return "", nil })
 }
 
 func runIntentsResolve(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("intents resolve", "intents resolve ID|KEY --as succeeded|failed --reason TEXT [flags]", `
+	fs := newFlagSet("intents resolve", "intents resolve ID|KEY --as succeeded|failed --reason TEXT [flags]\n   or: outboxd intents resolve --state in_doubt [filters] --as succeeded|failed --reason TEXT [--dry-run | --yes]", `
 Settles an in_doubt intent after you found out at the provider what
-happened: --as succeeded if the effect happened, --as failed if it did not
-and must not be attempted again. Any other state: nothing changes, exit 1.`, env)
+happened ('outboxd intents show ID' says where to look): --as succeeded if
+the effect happened, --as failed if it did not and must not be attempted
+again. Any other state: nothing changes, exit 1.
+`+bulkHelp, env)
 	var af actionFlags
 	af.register(fs, env)
 	as := fs.String("as", "", "succeeded or failed (required)")
@@ -456,9 +514,18 @@ and must not be attempted again. Any other state: nothing changes, exit 1.`, env
 // runAction parses an action's arguments, validates them before
 // connecting, and carries the action out.
 func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af *actionFlags, kind audit.ActionKind, target func() (intenttype.State, error)) error {
-	idOrKey, err := parseOnePositional(fs, args, env, "ID|KEY")
+	idOrKey, err := parsePositionals(fs, args, env, "ID|KEY", true)
 	if err != nil {
 		return err
+	}
+	bulk := af.filter.set()
+	switch {
+	case idOrKey != "" && bulk:
+		return usageErrorf("give one intent's ID|KEY, or filters (--state ...) to act on every intent they select, not both")
+	case idOrKey == "" && !bulk:
+		return usageErrorf("give the intent's ID|KEY, or --state (and other filters) to act on every intent they select")
+	case !bulk && (*af.dryRun || *af.yes):
+		return usageErrorf("--dry-run and --yes are for the bulk form (with --state)")
 	}
 	as, err := target()
 	if err != nil {
@@ -466,6 +533,9 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	}
 	if strings.TrimSpace(*af.reason) == "" {
 		return usageErrorf("--reason is required: say why, for the event log")
+	}
+	if bulk {
+		return runBulkAction(ctx, env, af, audit.BulkAction{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason})
 	}
 	action := audit.Action{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason, IfState: intenttype.State(*af.expectState)}
 	id, numeric := parseID(idOrKey)
@@ -505,7 +575,7 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	if kind == audit.ActionResend {
 		note = "; a dispatch job is enqueued"
 	}
-	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, actionVerb(kind), audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix), note)
+	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, actionVerb(kind), termtext.Line(audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix)), note)
 	return nil
 }
 
@@ -521,6 +591,12 @@ func actionVerb(kind audit.ActionKind) string {
 // parseOnePositional parses flags that may come before or after one
 // positional argument, and requires exactly one.
 func parseOnePositional(fs *flag.FlagSet, args []string, env Env, what string) (string, error) {
+	return parsePositionals(fs, args, env, what, false)
+}
+
+// parsePositionals is parseOnePositional for a command whose one
+// positional argument may be optional; "" when none is given.
+func parsePositionals(fs *flag.FlagSet, args []string, env Env, what string, optional bool) (string, error) {
 	if err := applyEnv(fs, env); err != nil {
 		return "", err
 	}
@@ -537,6 +613,9 @@ func parseOnePositional(fs *flag.FlagSet, args []string, env Env, what string) (
 	}
 	switch len(positional) {
 	case 0:
+		if optional {
+			return "", nil
+		}
 		return "", usageErrorf("give the intent's %s", what)
 	case 1:
 		if positional[0] == "" {
@@ -652,7 +731,7 @@ func orDash(s string) string {
 
 // oneLine flattens s to one line of at most n runes, for a table cell.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = termtext.Line(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"
 	}

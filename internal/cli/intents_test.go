@@ -259,7 +259,7 @@ func TestIntentsShowPayloadAttemptsAndEvents(t *testing.T) {
 		}
 		wantContains(t, fmt.Sprint(args), r.stdout,
 			fmt.Sprintf("intent              %d", db.receipt), "in_doubt", "sendgrid.email (provider sendgrid)", "billing:e1", "order-1",
-			"payload (redacted):", `"subject": "Receipt"`,
+			"payload (redacted;", `"subject": "Receipt"`,
 			"attempts (1):", "OUTCOME", "ambiguous", "502", "yes", "msg_abc", "bad gateway",
 			"events (1):", "consumer:billing", "pending", "recorded")
 		if strings.Contains(r.stdout, "buyer@example.com") {
@@ -435,9 +435,9 @@ func TestIntentsAndStatsHelp(t *testing.T) {
 		want []string
 	}{
 		{[]string{"intents", "list"}, []string{"newest first", "--state", "--cursor", "--json", "--since"}},
-		{[]string{"intents", "show"}, []string{"redacted", "attempt", "--json"}},
-		{[]string{"intents", "retry"}, []string{"in_doubt", "--reason", "--actor", "key window"}},
-		{[]string{"intents", "cancel"}, []string{"pending or in_doubt", "--reason"}},
+		{[]string{"intents", "show"}, []string{"redacted", "attempt", "--json", "--reveal", "how to look the intent up"}},
+		{[]string{"intents", "retry"}, []string{"in_doubt", "--reason", "--actor", "new provider key", "--dry-run", "--yes"}},
+		{[]string{"intents", "cancel"}, []string{"pending", "may have reached the provider", "--reason", "--dry-run"}},
 		{[]string{"intents", "resolve"}, []string{"--as", "succeeded", "failed"}},
 		{[]string{"stats"}, []string{"by state", "in_doubt", "--json"}},
 	} {

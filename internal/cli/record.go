@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/internal/ingest"
+	"github.com/outboxkit/outbox/internal/termtext"
 )
 
 // maxRecordValue bounds one input line and one JSON value; an intent's
@@ -154,7 +155,7 @@ func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, 
 		where := fmt.Sprintf("value %d (line %d)", s.Values, v.line)
 		if v.bad != nil {
 			s.BadValues++
-			fmt.Fprintf(progress, "%s: %v\n", where, v.bad)
+			fmt.Fprintf(progress, "%s: %s\n", where, termtext.Clean(v.bad.Error(), true))
 			continue
 		}
 		if bytes.HasPrefix(v.data, []byte("[")) {
@@ -168,7 +169,7 @@ func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, 
 			return interrupted(fmt.Sprintf(" while recording %s, which may or may not have been recorded", where))
 		case errors.Is(err, ingest.ErrInvalidInput):
 			s.BadValues++
-			fmt.Fprintf(progress, "%s: %v\n", where, err)
+			fmt.Fprintf(progress, "%s: %s\n", where, termtext.Clean(err.Error(), true))
 		case err != nil:
 			return s, fmt.Errorf("%s: %w; stopped: the values before it were recorded, it and the rest were not", where, err)
 		case res.Duplicate:

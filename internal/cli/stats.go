@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/termtext"
 )
 
 func runStats(ctx context.Context, args []string, env Env) error {
@@ -59,7 +60,7 @@ dispatcher is behind or not running).`, env)
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	for _, k := range kinds {
-		row(k, st.ByKindState[k])
+		row(termtext.Line(k), st.ByKindState[k])
 	}
 	row("all kinds", st.ByState)
 	if err := tw.Flush(); err != nil {

@@ -163,3 +163,20 @@ func (s *Store) Act(ctx context.Context, a OperatorAction) error {
 		return nil
 	})
 }
+
+// RevealReasonPrefix starts the reason of the event RecordReveal appends.
+const RevealReasonPrefix = "revealed payload: "
+
+// RecordReveal appends to the intent's event log that actor was shown its
+// unredacted payload, and why: an event whose from and to states are both
+// the intent's current state, with reason RevealReasonPrefix+reason. The
+// intent itself is not changed. The caller validates actor and reason.
+// No such intent: ErrNotFound.
+func (s *Store) RecordReveal(ctx context.Context, id int64, actor, reason string) (intenttype.State, error) {
+	var state intenttype.State
+	err := s.pool.QueryRow(ctx, insertRevealEventSQL, pgx.NamedArgs{"id": id, "actor": actor, "reason": RevealReasonPrefix + reason}).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("%w: no intent has id %d", ErrNotFound, id)
+	}
+	return state, err
+}

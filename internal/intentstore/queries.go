@@ -328,3 +328,16 @@ WHERE id = @id`
 const insertEventSQL = `
 INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
 VALUES (@id, @actor, @from::text, @to::text, @reason)`
+
+// insertRevealEventSQL records that an operator was shown an intent's
+// payload: an event from the intent's state to the same state. FOR SHARE
+// keeps the state from changing until the event is written, so the event
+// names the state the intent was in.
+const insertRevealEventSQL = `
+WITH current AS (
+    SELECT id, state FROM outbox_intents WHERE id = @id FOR SHARE
+)
+INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
+SELECT id, @actor, state, state, @reason
+FROM current
+RETURNING to_state`

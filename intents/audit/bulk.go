@@ -1,0 +1,187 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+)
+
+// MaxBulkIntents bounds how many intents one ActAll acts on: a filter
+// matching more is refused, to be narrowed (by --created-since, say).
+const MaxBulkIntents = 10000
+
+// BulkAction is the action ActAll applies to every intent it selects.
+type BulkAction struct {
+	// Kind is the action: ActionResend, ActionCancel or ActionResolve.
+	Kind ActionKind `json:"action"`
+	// As is the state ActionResolve settles intents in (succeeded or
+	// failed).
+	As intenttype.State `json:"as,omitempty"`
+	// Actor is who acts, as for Action.
+	Actor string `json:"actor"`
+	// Reason is why; required for a bulk action.
+	Reason string `json:"reason"`
+}
+
+// Outcomes of one intent in a bulk action.
+const (
+	// BulkDone: the action was applied.
+	BulkDone = "done"
+	// BulkWould: a dry run found the action allowed (as the intent was
+	// when listed).
+	BulkWould = "would"
+	// BulkRefused: the state diagram or a guard refused the action, or the
+	// intent changed since it was listed; nothing was changed.
+	BulkRefused = "refused"
+	// BulkError: the action failed for another reason (the database);
+	// nothing was changed.
+	BulkError = "error"
+)
+
+// BulkItem is what became of one intent.
+type BulkItem struct {
+	IntentID int64            `json:"intent_id"`
+	Kind     string           `json:"kind"`
+	From     intenttype.State `json:"from"`
+	// To is the state the action moves the intent to.
+	To intenttype.State `json:"to"`
+	// Outcome is BulkDone, BulkWould, BulkRefused or BulkError.
+	Outcome string `json:"outcome"`
+	// Why explains a refusal or an error.
+	Why string `json:"why,omitempty"`
+}
+
+// BulkResult sums up an ActAll.
+type BulkResult struct {
+	DryRun bool `json:"dry_run"`
+	// Matched counts the intents the filter selected.
+	Matched int `json:"matched"`
+	// Done counts the intents acted on (in a dry run, that would be).
+	Done    int `json:"done"`
+	Refused int `json:"refused"`
+	Errors  int `json:"errors"`
+	// Items are the intents, newest first.
+	Items []BulkItem `json:"items"`
+}
+
+// ActAll applies a to every intent matching f (its Cursor and Limit are
+// ignored), one intent at a time: each is its own transaction with its own
+// event, through Act, with IfState set to the state the intent was listed
+// in, so an intent that changed meanwhile is refused, not overridden. It
+// keeps going after a refusal or an error, and reports each to progress
+// (when not nil) and in the result.
+//
+// With dryRun it changes nothing: it lists the intents and says, from the
+// state each was in, which the action would move and which it would refuse.
+//
+// f must select States (a bulk action over every state is a mistake), and
+// a.Reason is required; bad arguments are a *FieldError, and a filter
+// matching more than MaxBulkIntents intents an error, before anything is
+// changed. The returned error is otherwise only ctx's, with the result so
+// far.
+func (s *Store) ActAll(ctx context.Context, f Filter, a BulkAction, dryRun bool, progress func(BulkItem)) (BulkResult, error) {
+	res := BulkResult{DryRun: dryRun, Items: []BulkItem{}}
+	if len(f.States) == 0 {
+		return res, filterError("States", "a bulk action needs the states to act on (in_doubt, say)")
+	}
+	if strings.TrimSpace(a.Reason) == "" {
+		return res, inputError("reason", "a bulk action needs a reason, for every intent's event log")
+	}
+	probe := Action{Kind: a.Kind, IntentID: 1, As: a.As, Actor: a.Actor, Reason: a.Reason}
+	if err := probe.Validate(); err != nil {
+		return res, err
+	}
+	f.Cursor, f.Limit = "", MaxPageSize
+	if err := f.Validate(); err != nil {
+		return res, err
+	}
+	var listed []intenttype.Intent
+	for {
+		page, err := s.List(ctx, f)
+		if err != nil {
+			return res, err
+		}
+		listed = append(listed, page.Intents...)
+		if len(listed) > MaxBulkIntents {
+			return res, inputError("filter", "matches more than %d intents: narrow it (by --created-since or --kind, say)", MaxBulkIntents)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		f.Cursor = page.NextCursor
+	}
+	res.Matched = len(listed)
+	to := a.target()
+	for _, in := range listed {
+		item := BulkItem{IntentID: in.ID, Kind: in.Kind, From: in.State, To: to}
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		if dryRun {
+			if why := a.refusal(in); why != "" {
+				item.Outcome, item.Why = BulkRefused, why
+			} else {
+				item.Outcome = BulkWould
+			}
+		} else {
+			_, err := s.Act(ctx, Action{Kind: a.Kind, IntentID: in.ID, As: a.As, Actor: a.Actor, Reason: a.Reason, IfState: in.State})
+			var te *TransitionError
+			switch {
+			case err == nil:
+				item.Outcome = BulkDone
+			case errors.As(err, &te), errors.Is(err, ErrNotFound):
+				item.Outcome, item.Why = BulkRefused, err.Error()
+			case ctx.Err() != nil:
+				return res, ctx.Err()
+			default:
+				item.Outcome, item.Why = BulkError, err.Error()
+			}
+		}
+		switch item.Outcome {
+		case BulkDone, BulkWould:
+			res.Done++
+		case BulkRefused:
+			res.Refused++
+		default:
+			res.Errors++
+		}
+		res.Items = append(res.Items, item)
+		if progress != nil {
+			progress(item)
+		}
+	}
+	return res, nil
+}
+
+// target is the state a moves an intent to.
+func (a BulkAction) target() intenttype.State {
+	switch a.Kind {
+	case ActionResend:
+		return intenttype.StatePending
+	case ActionResolve:
+		return a.As
+	}
+	return intenttype.StateCancelled
+}
+
+// refusal says why Act would refuse a on in as listed, or "".
+func (a BulkAction) refusal(in intenttype.Intent) string {
+	allowed := a.Kind.AllowedFrom()
+	switch {
+	case in.State == intenttype.StateDispatching:
+		return fmt.Sprintf("it is %s: an attempt is in flight", in.State)
+	case !slices.Contains(allowed, in.State):
+		names := make([]string, len(allowed))
+		for i, st := range allowed {
+			names[i] = string(st)
+		}
+		return fmt.Sprintf("it is %s, and %s is allowed only from %s", in.State, a.Kind, strings.Join(names, " or "))
+	case a.Kind == ActionCancel && in.MayHaveActed:
+		return "an earlier attempt may have reached the provider, so it cannot be cancelled"
+	}
+	return ""
+}

@@ -1,0 +1,47 @@
+package audit_test
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/intents/intenttype"
+)
+
+func TestHowToCheck(t *testing.T) {
+	in := intenttype.Intent{ID: 7, Provider: "stripe", ProviderKey: "ns1.2/billing:p1:it's", Namespace: "ns1", ProviderRef: "pi_123", AttemptCount: 1}
+	c := audit.HowToCheck(in)
+	wantSearch := `metadata['outbox_key']:'ns1.2/billing:p1:it\'s' AND metadata['outbox_namespace']:'ns1'`
+	if c.Provider != "stripe" || c.Search != wantSearch {
+		t.Errorf("stripe: %+v, want search %s", c, wantSearch)
+	}
+	if c.URL != "https://dashboard.stripe.com/search?query="+url.QueryEscape(wantSearch) {
+		t.Errorf("stripe URL = %s", c.URL)
+	}
+	if c.ObjectURL != "https://dashboard.stripe.com/payments/pi_123" {
+		t.Errorf("stripe object URL = %s", c.ObjectURL)
+	}
+	in.ProviderRef = ""
+	if c := audit.HowToCheck(in); c.ObjectURL != "" {
+		t.Errorf("object URL without a provider ref: %s", c.ObjectURL)
+	}
+
+	in = intenttype.Intent{ID: 8, Provider: "sendgrid", ProviderKey: "ns1.1/mailer:e2:", Namespace: "ns1", AttemptCount: 2}
+	c = audit.HowToCheck(in)
+	if c.URL != "https://app.sendgrid.com/email_activity" || c.Search != `unique_args['outbox_key']="ns1.1/mailer:e2:" AND unique_args['outbox_namespace']="ns1"` ||
+		!strings.Contains(c.Note, "custom args") {
+		t.Errorf("sendgrid: %+v", c)
+	}
+
+	in = intenttype.Intent{ID: 9, Provider: "webhook", ProviderKey: "k", Namespace: "ns"}
+	if c = audit.HowToCheck(in); c.URL != "" || c.Search != "outbox_key=k outbox_namespace=ns" {
+		t.Errorf("webhook: %+v", c)
+	}
+
+	// Before any provider key: the intent id the adapters also carry.
+	in = intenttype.Intent{ID: 10, Provider: "stripe", AttemptCount: 1}
+	if c = audit.HowToCheck(in); c.Search != "metadata['intent_id']:'10'" || !strings.Contains(c.Note, "no provider key") {
+		t.Errorf("legacy stripe: %+v", c)
+	}
+}

@@ -41,7 +41,7 @@ func TestValidateMoneyKinds(t *testing.T) {
 	_, p := setup(t)
 	valid := map[string]string{
 		`{"payment_intent": "pi_123", "amount": 500, "reason": "requested_by_customer", "metadata": {"order": "7"}}`: stripeprovider.KindRefund,
-		`{"payment_intent": "pi_123"}`:                                                   stripeprovider.KindRefund,
+		`{"payment_intent": "pi_123"}`: stripeprovider.KindRefund,
 		`{"payment_intent": "pi_123", "amount_to_capture": 500, "metadata": {"o": "7"}}`: stripeprovider.KindCapture,
 		`{"payment_intent": "pi_123", "cancellation_reason": "abandoned"}`:               stripeprovider.KindCancel,
 	}

@@ -500,3 +500,41 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	s.keyedPost(w, r, reqID, check, act)
 }
+
+// SeedPaymentIntent stores pi as if it had been created earlier (by
+// another system, say), so that tests can refund, capture or cancel a
+// PaymentIntent whose id they know in advance. An empty ID gets a fresh
+// one, an empty Status "succeeded", a zero Created Config.Now, an empty
+// Currency "usd". It is not counted as an effect. It returns the stored
+// PaymentIntent's copy, or false when the id is taken.
+func (s *Server) SeedPaymentIntent(pi PaymentIntent) (PaymentIntent, bool) {
+	pi = pi.clone()
+	if pi.ID == "" {
+		pi.ID = newID("pi_", 24)
+	}
+	if pi.Status == "" {
+		pi.Status = "succeeded"
+	}
+	if pi.Currency == "" {
+		pi.Currency = "usd"
+	}
+	if pi.CaptureMethod == "" {
+		pi.CaptureMethod = "automatic"
+	}
+	if pi.Status == "requires_capture" && pi.AmountCapturable == 0 {
+		pi.AmountCapturable = pi.Amount
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pi.Created.IsZero() {
+		pi.Created = s.now()
+	}
+	pi.SearchableAt = pi.Created.Add(s.searchLag)
+	if _, taken := s.byID[pi.ID]; taken {
+		return PaymentIntent{}, false
+	}
+	stored := pi
+	s.pis = append(s.pis, &stored)
+	s.byID[stored.ID] = &stored
+	return stored.clone(), true
+}

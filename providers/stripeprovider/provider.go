@@ -160,8 +160,9 @@ type Config struct {
 	ReconcileMaxPages int
 }
 
-// Provider performs KindPaymentIntent intents against Stripe. It is safe for
-// concurrent use. Create it with New.
+// Provider performs KindPaymentIntent, KindRefund, KindCapture and
+// KindCancel intents against Stripe. It is safe for concurrent use. Create
+// it with New.
 type Provider struct {
 	cfg      Config
 	api      *client.API // nil when no API key is configured

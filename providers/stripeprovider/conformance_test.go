@@ -71,3 +71,43 @@ func TestConformance(t *testing.T) {
 		ProvesAbsence: true,
 	})
 }
+
+// seededPI is the charge the refund conformance suite refunds: every
+// fresh double holds it, succeeded for far more than the suite refunds.
+const seededPI = "pi_conformanceCharge"
+
+func TestConformanceRefund(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		NewDouble: func(t *testing.T) providertest.Double {
+			d := newDouble(t, stripedouble.Config{})
+			if _, ok := d.SeedPaymentIntent(stripedouble.PaymentIntent{ID: seededPI, Amount: 1000000, Currency: "usd"}); !ok {
+				t.Fatal("seeding the charge failed")
+			}
+			return d
+		},
+		NewProvider: func(t *testing.T, baseURL string) providers.Provider {
+			return newProvider(t, baseURL)
+		},
+		Kind:         stripeprovider.KindRefund,
+		ValidPayload: json.RawMessage(`{"payment_intent": "` + seededPI + `", "amount": 100, "reason": "requested_by_customer", "metadata": {"customer_email": "jane.doe@example.com"}}`),
+		InvalidPayloads: map[string]string{
+			`{"amount": 100}`:                                             "payment_intent",
+			`{"payment_intent": "ch_1"}`:                                  "payment_intent",
+			`{"payment_intent": "pi_1", "amount": 0}`:                     "amount",
+			`{"payment_intent": "pi_1", "amount": "100"}`:                 "amount",
+			`{"payment_intent": "pi_1", "reason": "bored"}`:               "reason",
+			`{"payment_intent": "pi_1", "metadata": {"outbox_key": "k"}}`: "metadata.outbox_key",
+		},
+		// More than was charged: Stripe refuses it for good.
+		RejectedPayload: json.RawMessage(`{"payment_intent": "` + seededPI + `", "amount": 99999999}`),
+		SensitiveValues: []string{"jane.doe@example.com"},
+		RecordedMetadata: func(d providertest.Double) []map[string]string {
+			var out []map[string]string
+			for _, rf := range d.(*stripedouble.Server).Refunds() {
+				out = append(out, rf.Metadata)
+			}
+			return out
+		},
+		ProvesAbsence: true,
+	})
+}

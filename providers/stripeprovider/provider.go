@@ -29,6 +29,13 @@
 // with different keys can live in one process. The API key never appears in
 // errors or logs: stripe-go's logger is silenced and messages are scrubbed.
 //
+// It also performs what follows a charge: KindRefund (POST /v1/refunds),
+// KindCapture (POST /v1/payment_intents/{id}/capture) and KindCancel
+// (POST /v1/payment_intents/{id}/cancel), each with the intent's key as
+// Idempotency-Key, and reconciles them by strongly consistent reads: the
+// refunds of the PaymentIntent listed and matched by namespace and key,
+// the PaymentIntent itself for a capture or a cancel (see money.go).
+//
 // Tests and demos point BaseURL at package stripedouble's server.
 package stripeprovider
 
@@ -41,6 +48,7 @@ import (
 	"net/mail"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,8 +160,9 @@ type Config struct {
 	ReconcileMaxPages int
 }
 
-// Provider performs KindPaymentIntent intents against Stripe. It is safe for
-// concurrent use. Create it with New.
+// Provider performs KindPaymentIntent, KindRefund, KindCapture and
+// KindCancel intents against Stripe. It is safe for concurrent use. Create
+// it with New.
 type Provider struct {
 	cfg      Config
 	api      *client.API // nil when no API key is configured
@@ -218,8 +227,10 @@ func New(cfg Config) (*Provider, error) {
 // Name returns Name.
 func (p *Provider) Name() string { return Name }
 
-// Kinds returns KindPaymentIntent.
-func (p *Provider) Kinds() []string { return []string{KindPaymentIntent} }
+// Kinds returns KindPaymentIntent, KindRefund, KindCapture and KindCancel.
+func (p *Provider) Kinds() []string {
+	return []string{KindPaymentIntent, KindRefund, KindCapture, KindCancel}
+}
 
 // Capabilities: Stripe accepts idempotency keys of up to MaxKeyLength bytes,
 // remembered for Config.KeyWindow, and PaymentIntents can be listed and told
@@ -322,11 +333,11 @@ var (
 	idRE       = regexp.MustCompile(`^[A-Za-z0-9_]+$`)
 )
 
-// Validate checks a KindPaymentIntent payload without doing I/O. It returns
-// a *providers.PayloadError naming the field, or an error wrapping
-// providers.ErrUnknownKind for another kind.
+// Validate checks a payload of one of the provider's kinds without doing
+// I/O. It returns a *providers.PayloadError naming the field, or an error
+// wrapping providers.ErrUnknownKind for another kind.
 func (p *Provider) Validate(kind string, payload json.RawMessage) error {
-	_, err := decode(kind, payload)
+	_, err := decodeAny(kind, payload)
 	return err
 }
 
@@ -373,29 +384,41 @@ func decode(kind string, payload json.RawMessage) (*PaymentIntentPayload, error)
 	if err := checkCharge(kind, &pl); err != nil {
 		return nil, err
 	}
-	for _, k := range reservedMetadata {
-		if _, ok := pl.Metadata[k]; ok {
-			return nil, bad("metadata."+k, "is reserved: the outbox sets it to the intent's identity")
+	if err := checkMetadata(kind, pl.Metadata, reservedMetadata); err != nil {
+		return nil, err
+	}
+	return &pl, nil
+}
+
+// checkMetadata refuses a payload's metadata that uses a reserved key or
+// that Stripe would refuse.
+func checkMetadata(kind string, md map[string]string, reserved []string) error {
+	bad := func(field, reason string) error {
+		return &providers.PayloadError{Kind: kind, Field: field, Reason: reason}
+	}
+	for _, k := range reserved {
+		if _, ok := md[k]; ok {
+			return bad("metadata."+k, "is reserved: the outbox sets it to the intent's identity")
 		}
 	}
-	if len(pl.Metadata) > MaxMetadataKeys-ReservedMetadataKeys {
-		return nil, bad("metadata", fmt.Sprintf("must have at most %d keys (Stripe allows %d and the outbox adds %s)",
-			MaxMetadataKeys-ReservedMetadataKeys, MaxMetadataKeys, strings.Join(reservedMetadata, ", ")))
+	if len(md) > MaxMetadataKeys-len(reserved) {
+		return bad("metadata", fmt.Sprintf("must have at most %d keys (Stripe allows %d and the outbox adds %s)",
+			MaxMetadataKeys-len(reserved), MaxMetadataKeys, strings.Join(reserved, ", ")))
 	}
-	for k, v := range pl.Metadata {
+	for k, v := range md {
 		field := "metadata." + k
 		switch {
 		case k == "":
-			return nil, bad("metadata", "keys must not be empty")
+			return bad("metadata", "keys must not be empty")
 		case len(k) > MaxMetadataKeyLength:
-			return nil, bad(field, fmt.Sprintf("key must be at most %d characters", MaxMetadataKeyLength))
+			return bad(field, fmt.Sprintf("key must be at most %d characters", MaxMetadataKeyLength))
 		case strings.ContainsAny(k, "[]"):
-			return nil, bad(field, "key must not contain square brackets")
+			return bad(field, "key must not contain square brackets")
 		case len(v) > MaxMetadataValueBytes:
-			return nil, bad(field, fmt.Sprintf("value must be at most %d characters", MaxMetadataValueBytes))
+			return bad(field, fmt.Sprintf("value must be at most %d characters", MaxMetadataValueBytes))
 		}
 	}
-	return &pl, nil
+	return nil
 }
 
 func validEmail(s string) bool {
@@ -446,22 +469,37 @@ func validEmail(s string) bool {
 // A payload that fails validation, an empty or over-long key, a namespace
 // longer than a metadata value may be, or a provider without an API key fail
 // without sending.
+//
+// KindRefund, KindCapture and KindCancel are performed by performRefund,
+// performCapture and performCancel (money.go), with the same checks and
+// the same classification.
 func (p *Provider) Perform(ctx context.Context, req providers.Request) (providers.Result, error) {
-	pl, err := decode(req.Kind, req.Payload)
+	decoded, err := decodeAny(req.Kind, req.Payload)
 	if err != nil {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: err.Error(), Err: err, DidNotAct: true}
+		return providers.Result{}, refused(err)
 	}
 	if err := p.ready(); err != nil {
 		return providers.Result{}, err
 	}
 	if strings.TrimSpace(req.IdempotencyKey) == "" {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the intent has no idempotency key; refusing to charge without one", DidNotAct: true}
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the intent has no idempotency key; refusing to move money without one", DidNotAct: true}
 	}
 	if len(strings.TrimSpace(req.IdempotencyKey)) > MaxKeyLength {
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the idempotency key is longer than Stripe's %d bytes", MaxKeyLength), DidNotAct: true}
 	}
 	if len(req.Namespace) > MaxMetadataValueBytes {
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the namespace is longer than the %d bytes a Stripe metadata value may have", MaxMetadataValueBytes), DidNotAct: true}
+	}
+	var pl *PaymentIntentPayload
+	switch d := decoded.(type) {
+	case *RefundPayload:
+		return p.performRefund(ctx, req, d)
+	case *CapturePayload:
+		return p.performCapture(ctx, req, d)
+	case *CancelPayload:
+		return p.performCancel(ctx, req, d)
+	case *PaymentIntentPayload:
+		pl = d
 	}
 
 	params := &stripe.PaymentIntentParams{
@@ -745,17 +783,36 @@ func retryAfter(v string, now time.Time) time.Duration {
 // Failures to ask (Stripe unreachable, a 5xx, a 429) are
 // *providers.AttemptError values as Perform would classify them; none of
 // them is "not found".
+//
+// KindRefund, KindCapture and KindCancel are looked up by reconcileRefund,
+// reconcileCapture and reconcileCancel (money.go), all strongly consistent
+// reads.
 func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (providers.Result, bool, error) {
-	if req.Kind != KindPaymentIntent {
+	if !slices.Contains(p.Kinds(), req.Kind) {
 		return providers.Result{}, false, providers.UnknownKindError(req.Kind)
 	}
 	if err := p.ready(); err != nil {
 		return providers.Result{}, false, err
 	}
-	pl, err := decode(req.Kind, req.Payload)
+	decoded, err := decodeAny(req.Kind, req.Payload)
 	if err != nil {
 		// Without the payload nothing found could be checked against it.
 		return providers.Result{}, false, fmt.Errorf("stripeprovider: cannot reconcile an intent whose payload is invalid: %w", err)
+	}
+	var pl *PaymentIntentPayload
+	switch d := decoded.(type) {
+	case *CancelPayload:
+		return p.reconcileCancel(ctx, d)
+	case *RefundPayload, *CapturePayload:
+		if strings.TrimSpace(req.IdempotencyKey) == "" {
+			return providers.Result{}, false, errors.New("stripeprovider: cannot reconcile an intent without an idempotency key")
+		}
+		if rp, ok := d.(*RefundPayload); ok {
+			return p.reconcileRefund(ctx, req, rp)
+		}
+		return p.reconcileCapture(ctx, req, d.(*CapturePayload))
+	case *PaymentIntentPayload:
+		pl = d
 	}
 	if req.Namespace == "" {
 		return p.reconcileLegacy(ctx, req, pl)
@@ -980,7 +1037,8 @@ func stillProcessing(pi *stripe.PaymentIntent) error {
 		Message: fmt.Sprintf("PaymentIntent %s carries this intent's key and is still processing: look again once Stripe settles it", pi.ID)}
 }
 
-// Redact returns a copy of payload for display: receipt_email keeps its
+// Redact returns a copy of payload, of any of the provider's kinds, for
+// display: receipt_email keeps its
 // first character and domain ("j***@example.com"), payment_method keeps its
 // prefix and last four characters ("pm_***4242"), and metadata values whose
 // key mentions email, phone, token, secret or card are replaced. A payload

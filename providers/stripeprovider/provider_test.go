@@ -391,7 +391,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	if !caps.IdempotencyKeys || caps.KeyWindow != 24*time.Hour || caps.MaxKeyLength != 255 || !caps.CanReconcile {
 		t.Fatalf("capabilities %+v", caps)
 	}
-	if p.Name() != "stripe" || len(p.Kinds()) != 1 || p.Kinds()[0] != "stripe.payment_intent" {
+	if p.Name() != "stripe" || strings.Join(p.Kinds(), ",") != "stripe.payment_intent,stripe.refund,stripe.payment_intent_capture,stripe.payment_intent_cancel" {
 		t.Fatalf("declaration %s %v", p.Name(), p.Kinds())
 	}
 }

@@ -160,6 +160,73 @@ func TestStripeMockAcceptsOurRequests(t *testing.T) {
 		}
 	})
 
+	// Refunds, captures and cancels with every field their payloads take.
+	t.Run("MoneyKinds", func(t *testing.T) {
+		for _, tc := range []struct {
+			kind, payload, path string
+			want                []string
+			metadata            map[string]string
+		}{
+			{stripeprovider.KindRefund, `{"payment_intent": "pi_123", "amount": 500, "reason": "requested_by_customer", "metadata": {"order_id": "42"}}`,
+				"/v1/refunds", []string{"payment_intent", "amount", "reason", "metadata[order_id]"},
+				map[string]string{"metadata[outbox_namespace]": "ns-stripemock", "metadata[outbox_key]": "ns-stripemock:money", "metadata[intent_id]": "42"}},
+			{stripeprovider.KindRefund, `{"payment_intent": "pi_123"}`, "/v1/refunds", []string{"payment_intent"}, nil},
+			{stripeprovider.KindCapture, `{"payment_intent": "pi_123", "amount_to_capture": 500, "metadata": {"shipment": "s-1"}}`,
+				"/v1/payment_intents/pi_123/capture", []string{"amount_to_capture", "metadata[shipment]"},
+				map[string]string{"metadata[outbox_capture_namespace]": "ns-stripemock", "metadata[outbox_capture_key]": "ns-stripemock:money", "metadata[outbox_capture_intent_id]": "42"}},
+			{stripeprovider.KindCapture, `{"payment_intent": "pi_123"}`, "/v1/payment_intents/pi_123/capture", nil, nil},
+			{stripeprovider.KindCancel, `{"payment_intent": "pi_123", "cancellation_reason": "abandoned"}`,
+				"/v1/payment_intents/pi_123/cancel", []string{"cancellation_reason"}, nil},
+		} {
+			r := req
+			r.Kind = tc.kind
+			r.IdempotencyKey = "ns-stripemock:money"
+			r.Payload = json.RawMessage(tc.payload)
+			if _, err := p.Perform(ctx, r); err != nil {
+				if ae := providers.Classify(err); ae.HTTPStatus != http.StatusOK && ae.HTTPStatus != 0 || ae.HTTPStatus == 0 && ae.Outcome != providers.OutcomeFailed {
+					t.Fatalf("%s %s: stripe-mock refused it: %v", tc.kind, tc.payload, err)
+				}
+			}
+			sent := rec.last(t, http.MethodPost, tc.path)
+			for _, k := range tc.want {
+				if !sent.params.Has(k) {
+					t.Errorf("%s: the request lacks %q; sent %v", tc.payload, k, sent.params)
+				}
+			}
+			for k, v := range tc.metadata {
+				if sent.params.Get(k) != v {
+					t.Errorf("%s: %s = %q, want %q", tc.payload, k, sent.params.Get(k), v)
+				}
+			}
+			if sent.header.Get("Idempotency-Key") != "ns-stripemock:money" {
+				t.Errorf("%s: no Idempotency-Key", tc.payload)
+			}
+
+			// Reconcile's read is accepted too: whatever stripe-mock's
+			// fixture says, no refusal of the request.
+			if _, _, err := p.Reconcile(ctx, r); err != nil {
+				if ae := providers.Classify(err); ae.HTTPStatus >= 400 {
+					t.Fatalf("%s: stripe-mock refused the reconcile read: %v", tc.kind, err)
+				}
+			}
+		}
+		q := rec.last(t, http.MethodGet, "/v1/refunds").params
+		if q.Get("payment_intent") != "pi_123" || q.Get("limit") != "100" || !q.Has("created[gte]") || len(q) != 3 {
+			t.Fatalf("refund list query %v", q)
+		}
+		if status, body := rawGet(t, mock.String()+"/v1/refunds?"+q.Encode()+"&starting_after=re_1"); status != http.StatusOK {
+			t.Fatalf("stripe-mock refused a next page of refunds: %d %s", status, body)
+		}
+		rec.last(t, http.MethodGet, "/v1/payment_intents/pi_123")
+		// stripe-mock refuses what Stripe would here too.
+		if status, body := rawPost(t, mock.String()+"/v1/refunds", "payment_intent=pi_123&reason=because"); status != http.StatusBadRequest {
+			t.Errorf("reason=because: %d %s", status, body)
+		}
+		if status, body := rawPost(t, mock.String()+"/v1/payment_intents/pi_123/cancel", "cancellation_reason=bored"); status != http.StatusBadRequest {
+			t.Errorf("cancellation_reason=bored: %d %s", status, body)
+		}
+	})
+
 	// The check must be able to fail: stripe-mock refuses what Stripe would.
 	t.Run("BadParametersAreRefused", func(t *testing.T) {
 		for name, form := range map[string]string{

@@ -23,11 +23,15 @@
 //
 // POST /v1/payment_intents/{id}/capture captures an authorised
 // PaymentIntent (requires_capture) and refuses, as Stripe does, to capture
-// one in any other state.
+// one in any other state; POST /v1/payment_intents/{id}/cancel cancels one
+// that has not succeeded. POST /v1/refunds refunds a succeeded
+// PaymentIntent and keeps the money straight: never more refunded than was
+// received. GET /v1/refunds lists refunds, strongly consistent. Captures,
+// cancels and refunds honour Idempotency-Key exactly like creates.
 //
-// Faults from package fault are injected into POST /v1/payment_intents, one
-// per request, and interpreted the way Stripe would show them (see
-// Server.Handler). The double counts the PaymentIntents it created per intent
+// Faults from package fault are injected into POST /v1/payment_intents and
+// the captures, cancels and refunds, one per request, and interpreted the way Stripe would show them (see
+// Server.Handler). The double counts the PaymentIntents and refunds it made per intent
 // id (the "intent_id" metadata the outbox adapter sends): that count, not the
 // dispatcher's bookkeeping, is what exactly-once tests assert on.
 //
@@ -157,6 +161,12 @@ type PaymentIntent struct {
 	// AmountReceived is what was captured: the amount when charged at
 	// once, amount_to_capture after a manual capture.
 	AmountReceived int64
+	// AmountRefunded is the total of its refunds; never more than what
+	// was received.
+	AmountRefunded int64
+	// CancellationReason and CanceledAt are set once it is canceled.
+	CancellationReason string
+	CanceledAt         time.Time
 	// OffSession is the request's off_session; SetupFutureUsage and
 	// ReturnURL its setup_future_usage and return_url, or empty.
 	OffSession       bool
@@ -200,6 +210,8 @@ type Stats struct {
 	// PaymentIntents is how many PaymentIntents were created (effects),
 	// declined ones included.
 	PaymentIntents int `json:"payment_intents"`
+	// Refunds is how many refunds were made.
+	Refunds int `json:"refunds"`
 	// Replays is how many responses were replayed from the idempotency store.
 	Replays int `json:"replays"`
 	// Requests is how many API requests (everything under /v1/) arrived,
@@ -216,7 +228,8 @@ type Stats struct {
 	Faults map[fault.Kind]int `json:"faults"`
 	// DuplicateEffects is how many intent ids have more than one PaymentIntent.
 	DuplicateEffects int `json:"duplicate_effects"`
-	// EffectsByIntent counts PaymentIntents per metadata["intent_id"].
+	// EffectsByIntent counts PaymentIntents and refunds per
+	// metadata["intent_id"].
 	EffectsByIntent map[string]int `json:"effects_by_intent"`
 }
 
@@ -233,6 +246,7 @@ type Server struct {
 
 	mu            sync.Mutex
 	pis           []*PaymentIntent
+	refunds       []*Refund
 	byID          map[string]*PaymentIntent
 	keys          *idemstore.Store[savedResponse]
 	declines      map[string]string
@@ -291,6 +305,9 @@ func newServer(cfg Config) *Server {
 	mux.HandleFunc("GET /v1/payment_intents/search", s.handleSearch)
 	mux.HandleFunc("GET /v1/payment_intents/{id}", s.handleGet)
 	mux.HandleFunc("POST /v1/payment_intents/{id}/capture", s.handleCapture)
+	mux.HandleFunc("POST /v1/payment_intents/{id}/cancel", s.handleCancel)
+	mux.HandleFunc("POST /v1/refunds", s.handleRefundCreate)
+	mux.HandleFunc("GET /v1/refunds", s.handleRefundList)
 	mux.HandleFunc("GET /_double/stats", s.handleStats)
 	mux.HandleFunc("/", s.handleUnknown)
 	s.handler = mux
@@ -307,7 +324,8 @@ func (s *Server) Close() error { return s.srv.Close() }
 
 // Handler is the double's HTTP handler, to mount elsewhere if wanted.
 //
-// POST /v1/payment_intents draws one fault from Faults() after
+// POST /v1/payment_intents (and likewise every capture, cancel and refund)
+// draws one fault from Faults() after
 // authentication and applies it:
 //
 //   - fault.RateLimit: 429 rate_limit with Retry-After; nothing created or
@@ -408,7 +426,7 @@ func (s *Server) PaymentIntents() []PaymentIntent {
 }
 
 // EffectsFor counts the PaymentIntents (charge attempts, declined ones
-// included) whose metadata["intent_id"] is intentID.
+// included) and refunds whose metadata["intent_id"] is intentID.
 func (s *Server) EffectsFor(intentID int64) int { return s.effects.For(intentID) }
 
 // DuplicateEffects counts the intent ids that have more than one
@@ -425,6 +443,7 @@ func (s *Server) Stats() Stats {
 	}
 	return Stats{
 		PaymentIntents:   len(s.pis),
+		Refunds:          len(s.refunds),
 		Replays:          s.replays,
 		Requests:         s.requests,
 		ListRequests:     s.lists,
@@ -1093,6 +1112,11 @@ func (pi *PaymentIntent) wire() map[string]any {
 		m["automatic_payment_methods"] = apm
 	}
 	m["setup_future_usage"] = nullable(pi.SetupFutureUsage)
+	m["cancellation_reason"] = nullable(pi.CancellationReason)
+	m["canceled_at"] = nil
+	if !pi.CanceledAt.IsZero() {
+		m["canceled_at"] = pi.CanceledAt.Unix()
+	}
 	switch pi.Status {
 	case "succeeded":
 		m["amount_received"] = pi.Amount
@@ -1121,103 +1145,6 @@ func (pi *PaymentIntent) wire() map[string]any {
 		}
 	}
 	return m
-}
-
-// ---- POST /v1/payment_intents/{id}/capture ----
-
-// handleCapture captures an authorised PaymentIntent (requires_capture),
-// optionally for less (amount_to_capture), honouring Idempotency-Key like
-// a create: a success is saved and replayed; a refusal (the PaymentIntent
-// is not in requires_capture, already captured included, or the amount is
-// too large) is a 400 payment_intent_unexpected_state or
-// amount_too_large, not saved. Faults are not injected here.
-func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
-		return
-	}
-	form := r.PostForm
-	id := r.PathValue("id")
-	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
-	var claim *idemstore.Claim[savedResponse]
-	if key != "" {
-		c, outcome, saved := s.keys.Begin(key, r.URL.Path+"?"+form.Encode(), s.now())
-		switch outcome {
-		case idemstore.Fresh:
-			claim = c
-		case idemstore.InFlight:
-			s.writeError(w, r, reqID, http.StatusConflict, apiError{Type: "invalid_request_error", Code: "idempotency_key_in_use",
-				Message: "There is currently another in-progress request using this idempotent key: " + key + ". Please try again later."})
-			return
-		case idemstore.Mismatch:
-			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "idempotency_error",
-				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with, and for the same endpoint. Try using a key other than '" + key + "' if you meant to execute a different request."})
-			return
-		case idemstore.Saved:
-			s.mu.Lock()
-			s.replays++
-			s.mu.Unlock()
-			s.replay(w, r, reqID, saved, fault.Fault{})
-			return
-		}
-	}
-	refuse := func(status int, e apiError) {
-		if claim != nil {
-			claim.Release()
-		}
-		s.writeError(w, r, reqID, status, e)
-	}
-	for k := range form {
-		if k != "amount_to_capture" && !strings.HasPrefix(k, "expand[") && !strings.HasPrefix(k, "metadata[") {
-			refuse(http.StatusBadRequest, *invalid(k, "parameter_unknown", "Received unknown parameter: "+k))
-			return
-		}
-	}
-	s.mu.Lock()
-	pi, ok := s.byID[id]
-	if !ok {
-		s.mu.Unlock()
-		refuse(http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
-			Message: "No such payment_intent: '" + id + "'"})
-		return
-	}
-	if pi.Status != "requires_capture" {
-		wire := pi.wire()
-		status := pi.Status
-		s.mu.Unlock()
-		refuse(http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
-			Message:       "This PaymentIntent could not be captured because it has a status of " + status + ". Only a PaymentIntent with one of the following statuses may be captured: requires_capture.",
-			DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
-			PaymentIntent: wire})
-		return
-	}
-	amount := pi.AmountCapturable
-	if v := form.Get("amount_to_capture"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 || n > pi.AmountCapturable {
-			capturable := pi.AmountCapturable
-			s.mu.Unlock()
-			refuse(http.StatusBadRequest, *invalid("amount_to_capture", "amount_too_large",
-				fmt.Sprintf("The amount_to_capture must be a positive integer no greater than the amount_capturable (%d).", capturable)))
-			return
-		}
-		amount = n
-	}
-	pi.Status = "succeeded"
-	pi.AmountReceived = amount
-	pi.AmountCapturable = 0
-	body, _ := json.Marshal(pi.wire())
-	s.mu.Unlock()
-	resp := savedResponse{status: http.StatusOK, body: body, requestID: reqID}
-	if claim != nil {
-		claim.Finish(resp)
-	}
-	s.write(w, r, reqID, resp.status, resp.body)
 }
 
 // ---- GET /v1/payment_intents/{id} ----

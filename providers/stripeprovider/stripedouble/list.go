@@ -41,8 +41,9 @@ type createdFilter struct {
 	ops map[string]int64 // "" (equal), gt, gte, lt, lte
 }
 
-func (f createdFilter) match(pi *PaymentIntent) bool {
-	c := pi.Created.Unix()
+func (f createdFilter) match(pi *PaymentIntent) bool { return f.matchUnix(pi.Created.Unix()) }
+
+func (f createdFilter) matchUnix(c int64) bool {
 	for op, v := range f.ops {
 		switch op {
 		case "":

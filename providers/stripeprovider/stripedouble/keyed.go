@@ -1,0 +1,179 @@
+package stripedouble
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/outboxkit/outbox/internal/idemstore"
+	"github.com/outboxkit/outbox/providers/fault"
+)
+
+// keyedPost runs a POST that acts on existing objects (a refund, a
+// capture, a cancel) the way handleCreate runs a create: one fault drawn
+// from Faults() and applied as Handler documents, and the Idempotency-Key
+// honoured as Stripe does (a saved answer replayed with
+// Idempotent-Replayed, a 500 saved, 409 while in flight, 400
+// idempotency_error for other parameters or another endpoint).
+//
+// check validates the request's parameters before anything is done; its
+// 400 is not saved. act does the work under the double's rules and returns
+// the answer, and whether to save it: a refusal because of an object's
+// state (nothing done) is not saved, so a retry executes afresh.
+func (s *Server) keyedPost(w http.ResponseWriter, r *http.Request, reqID string, check func() *apiError, act func() (savedResponse, bool)) {
+	form := r.PostForm
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+
+	f := s.faults.Next()
+	switch {
+	case f.Kind == fault.RateLimit:
+		s.countFault(f.Kind)
+		secs := int64(math.Ceil(f.RetryAfterOrDefault().Seconds()))
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		s.writeError(w, r, reqID, http.StatusTooManyRequests, apiError{
+			Type:    "invalid_request_error",
+			Code:    "rate_limit",
+			Message: "Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.",
+			DocURL:  "https://stripe.com/docs/error-codes/rate-limit",
+		})
+		return
+	case f.Kind == fault.ErrorBefore && f.StatusOr500() != http.StatusInternalServerError:
+		s.countFault(f.Kind)
+		s.write(w, r, reqID, f.StatusOr500(), serverErrorBody(f.StatusOr500()))
+		return
+	}
+
+	var claim *idemstore.Claim[savedResponse]
+	if key != "" {
+		// The path is part of the fingerprint: a key is for one endpoint.
+		c, outcome, saved := s.keys.Begin(key, r.URL.Path+"?"+form.Encode(), s.now())
+		switch outcome {
+		case idemstore.Fresh:
+			claim = c
+		case idemstore.InFlight:
+			s.writeError(w, r, reqID, http.StatusConflict, apiError{
+				Type:    "invalid_request_error",
+				Code:    "idempotency_key_in_use",
+				Message: "There is currently another in-progress request using this idempotent key (that probably means you submitted twice, and the other request is still going through): " + key + ". Please try again later.",
+				DocURL:  "https://stripe.com/docs/error-codes/idempotency-key-in-use",
+			})
+			return
+		case idemstore.Mismatch:
+			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{
+				Type:    "idempotency_error",
+				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with, and for the same endpoint. Try using a key other than '" + key + "' if you meant to execute a different request.",
+			})
+			return
+		case idemstore.Saved:
+			s.mu.Lock()
+			s.replays++
+			s.mu.Unlock()
+			s.replay(w, r, reqID, saved, f)
+			return
+		}
+	}
+	if e := check(); e != nil {
+		claim.Release()
+		s.writeError(w, r, reqID, http.StatusBadRequest, *e)
+		return
+	}
+	if f.Kind == fault.ErrorBefore { // 500: execution started, nothing done, saved
+		s.countFault(f.Kind)
+		resp := savedResponse{status: http.StatusInternalServerError, body: serverErrorBody(http.StatusInternalServerError), requestID: reqID}
+		claim.Finish(resp)
+		s.write(w, r, reqID, resp.status, resp.body)
+		return
+	}
+	resp, save := act()
+	if !save {
+		claim.Release()
+		s.write(w, r, reqID, resp.status, resp.body)
+		return
+	}
+	switch f.Kind {
+	case fault.ErrorAfter:
+		s.countFault(f.Kind)
+		status := f.StatusOr500()
+		errResp := savedResponse{status: status, body: serverErrorBody(status), requestID: reqID}
+		if status == http.StatusInternalServerError {
+			claim.Finish(errResp)
+		} else {
+			claim.Finish(resp)
+		}
+		s.write(w, r, reqID, errResp.status, errResp.body)
+	case fault.LoseResponse:
+		s.countFault(f.Kind)
+		claim.Finish(resp)
+		fault.DropConnection(w)
+	case fault.Delay:
+		s.countFault(f.Kind)
+		sleep(r.Context(), f.Delay)
+		claim.Finish(resp)
+		s.write(w, r, reqID, resp.status, resp.body)
+	default:
+		claim.Finish(resp)
+		s.write(w, r, reqID, resp.status, resp.body)
+	}
+}
+
+// refusal is an answer that is not saved under the key.
+func refusal(reqID string, status int, e apiError) (savedResponse, bool) {
+	if e.RequestLogURL == "" {
+		e.RequestLogURL = "https://dashboard.stripe.com/test/logs/" + reqID
+	}
+	return savedResponse{status: status, body: errorBody(e), requestID: reqID}, false
+}
+
+// metadataParams reads metadata[...] parameters as Stripe checks them.
+func metadataParams(form map[string][]string) (map[string]string, *apiError) {
+	md := map[string]string{}
+	for k, vs := range form {
+		mk, ok := strings.CutPrefix(k, "metadata[")
+		if !ok || !strings.HasSuffix(mk, "]") {
+			continue
+		}
+		v := vs[len(vs)-1]
+		mk = strings.TrimSuffix(mk, "]")
+		switch {
+		case mk == "" || strings.ContainsAny(mk, "[]"):
+			return nil, invalid(k, "parameter_unknown", "Invalid metadata key: "+mk)
+		case len(mk) > 40:
+			return nil, invalid(k, "", "Metadata keys can be at most 40 characters long. Invalid key: "+mk)
+		case len(v) > 500:
+			return nil, invalid(k, "", "Metadata values can have up to 500 characters, but you passed in a value that is "+strconv.Itoa(len(v))+" characters.")
+		}
+		md[mk] = v
+	}
+	if len(md) > 50 {
+		return nil, invalid("metadata", "", "Metadata can have up to 50 keys, but you passed in "+strconv.Itoa(len(md))+" keys.")
+	}
+	return md, nil
+}
+
+// onlyParams refuses a parameter outside known (or metadata[...], expand[...]).
+func onlyParams(form map[string][]string, known ...string) *apiError {
+	for k := range form {
+		if strings.HasPrefix(k, "metadata[") || strings.HasPrefix(k, "expand[") {
+			continue
+		}
+		ok := false
+		for _, kk := range known {
+			if k == kk {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
+		}
+	}
+	return nil
+}
+
+func formValue(form map[string][]string, k string) string {
+	if vs := form[k]; len(vs) > 0 {
+		return vs[len(vs)-1]
+	}
+	return ""
+}

@@ -1,0 +1,540 @@
+package stripedouble
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Refund is one refund the double made.
+type Refund struct {
+	// ID is Stripe-shaped: "re_" followed by 24 alphanumerics.
+	ID string
+	// PaymentIntent is the refunded PaymentIntent's id.
+	PaymentIntent string
+	// Amount is what was refunded, in the currency's smallest unit.
+	Amount   int64
+	Currency string
+	// Reason is the request's reason, or empty.
+	Reason string
+	// Status is "succeeded": the double settles refunds at once.
+	Status string
+	// Metadata is the request's metadata (never nil).
+	Metadata map[string]string
+	// Created is the creation time on Config.Now.
+	Created time.Time
+	// IdempotencyKey and RequestID are those of the request that made it.
+	IdempotencyKey string
+	RequestID      string
+}
+
+func (rf Refund) clone() Refund {
+	md := make(map[string]string, len(rf.Metadata))
+	for k, v := range rf.Metadata {
+		md[k] = v
+	}
+	rf.Metadata = md
+	return rf
+}
+
+func (rf *Refund) wire() map[string]any {
+	md := make(map[string]string, len(rf.Metadata))
+	for k, v := range rf.Metadata {
+		md[k] = v
+	}
+	return map[string]any{
+		"id":             rf.ID,
+		"object":         "refund",
+		"amount":         rf.Amount,
+		"charge":         chargeID(rf.PaymentIntent),
+		"created":        rf.Created.Unix(),
+		"currency":       rf.Currency,
+		"metadata":       md,
+		"payment_intent": rf.PaymentIntent,
+		"reason":         nullable(rf.Reason),
+		"status":         rf.Status,
+	}
+}
+
+// Refunds returns a copy of every refund made, in order.
+func (s *Server) Refunds() []Refund {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Refund, len(s.refunds))
+	for i, rf := range s.refunds {
+		out[i] = rf.clone()
+	}
+	return out
+}
+
+// RefundsFor counts the refunds whose metadata["intent_id"] is intentID:
+// for a refund intent performed exactly once, 1.
+func (s *Server) RefundsFor(intentID int64) int {
+	id := strconv.FormatInt(intentID, 10)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, rf := range s.refunds {
+		if rf.Metadata["intent_id"] == id {
+			n++
+		}
+	}
+	return n
+}
+
+// Refunded is the total refunded of PaymentIntent id. The double never
+// lets it exceed the PaymentIntent's amount_received.
+func (s *Server) Refunded(id string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pi, ok := s.byID[id]; ok {
+		return pi.AmountRefunded
+	}
+	return 0
+}
+
+var refundReasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
+
+// ---- POST /v1/refunds ----
+
+// handleRefundCreate refunds a succeeded PaymentIntent, in full (what is
+// left) or for amount, honouring Idempotency-Key and drawing faults like a
+// create (see keyedPost). As Stripe does, it refuses with a 400 (not
+// saved) a PaymentIntent that does not exist or has no successful charge,
+// one already refunded in full (charge_already_refunded), and an amount
+// larger than what is left (amount_received less what was refunded).
+func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request) {
+	s.countRequest()
+	reqID := newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+		return
+	}
+	form := r.PostForm
+	var (
+		piID     string
+		amount   int64
+		reason   string
+		metadata map[string]string
+	)
+	check := func() *apiError {
+		if e := onlyParams(form, "payment_intent", "charge", "amount", "reason", "refund_application_fee", "reverse_transfer", "instructions_email", "origin"); e != nil {
+			return e
+		}
+		var e *apiError
+		if metadata, e = metadataParams(form); e != nil {
+			return e
+		}
+		piID = formValue(form, "payment_intent")
+		if piID == "" {
+			if formValue(form, "charge") != "" {
+				return invalid("charge", "", "This test double refunds by payment_intent only.")
+			}
+			return invalid("", "parameter_missing", "One of the following params should be provided for this request: payment_intent or charge.")
+		}
+		if v := formValue(form, "amount"); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return invalid("amount", "parameter_invalid_integer", "Invalid integer: "+v)
+			}
+			if n < 1 {
+				return invalid("amount", "parameter_invalid_integer", "This value must be greater than or equal to 1.")
+			}
+			amount = n
+		}
+		reason = formValue(form, "reason")
+		if reason != "" && !slices.Contains(refundReasons, reason) {
+			return invalid("reason", "", "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer")
+		}
+		return nil
+	}
+	act := func() (savedResponse, bool) {
+		s.mu.Lock()
+		pi, ok := s.byID[piID]
+		if !ok {
+			s.mu.Unlock()
+			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "payment_intent",
+				Message: "No such payment_intent: '" + piID + "'", DocURL: "https://stripe.com/docs/error-codes/resource-missing"})
+		}
+		if pi.Status != "succeeded" {
+			status := pi.Status
+			s.mu.Unlock()
+			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state", Param: "payment_intent",
+				Message: "This PaymentIntent (" + piID + ") does not have a successful charge to refund: it has a status of " + status + "."})
+		}
+		received := pi.received()
+		left := received - pi.AmountRefunded
+		if left <= 0 {
+			s.mu.Unlock()
+			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "charge_already_refunded",
+				Message: "Charge " + chargeID(piID) + " has already been refunded."})
+		}
+		want := amount
+		if want == 0 {
+			want = left
+		}
+		if want > left {
+			s.mu.Unlock()
+			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "amount_too_large", Param: "amount",
+				Message: fmt.Sprintf("Refund amount (%d) is greater than unrefunded amount on charge (%d)", want, left)})
+		}
+		rf := &Refund{
+			ID:             newID("re_", 24),
+			PaymentIntent:  piID,
+			Amount:         want,
+			Currency:       pi.Currency,
+			Reason:         reason,
+			Status:         "succeeded",
+			Metadata:       metadata,
+			Created:        s.now(),
+			IdempotencyKey: strings.TrimSpace(r.Header.Get("Idempotency-Key")),
+			RequestID:      reqID,
+		}
+		pi.AmountRefunded += want
+		s.refunds = append(s.refunds, rf)
+		s.effects.Add(rf.Metadata["intent_id"])
+		body, _ := json.Marshal(rf.wire())
+		s.mu.Unlock()
+		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+	}
+	s.keyedPost(w, r, reqID, check, act)
+}
+
+// received is what the PaymentIntent's charge took. The caller holds s.mu.
+func (pi *PaymentIntent) received() int64 {
+	if pi.Status != "succeeded" {
+		return 0
+	}
+	if pi.AmountReceived != 0 {
+		return pi.AmountReceived
+	}
+	return pi.Amount
+}
+
+// ---- GET /v1/refunds ----
+
+// handleRefundList serves GET /v1/refunds as Stripe does, strongly
+// consistent: filtered by payment_intent (or charge) and created, limit 1
+// to 100 (10 by default), paginated by starting_after or ending_before,
+// newest first. Unknown parameters are a 400.
+func (s *Server) handleRefundList(w http.ResponseWriter, r *http.Request) {
+	s.countRequest()
+	s.mu.Lock()
+	s.lists++
+	s.mu.Unlock()
+	reqID := newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return
+	}
+	q := r.URL.Query()
+	bad := func(param, code, msg string) {
+		s.writeError(w, r, reqID, http.StatusBadRequest, *invalid(param, code, msg))
+	}
+	created := createdFilter{ops: map[string]int64{}}
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch {
+		case k == "payment_intent" || k == "charge" || k == "limit" || k == "starting_after" || k == "ending_before" || k == "expand[]" || expandParamRE.MatchString(k):
+		case createdParamRE.MatchString(k):
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				bad(k, "parameter_invalid_integer", "Invalid integer: "+v)
+				return
+			}
+			created.ops[createdParamRE.FindStringSubmatch(k)[1]] = n
+		default:
+			bad(k, "parameter_unknown", "Received unknown parameter: "+k)
+			return
+		}
+	}
+	limit := 10
+	if l, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(l[len(l)-1])
+		switch {
+		case err != nil:
+			bad("limit", "parameter_invalid_integer", "Invalid integer: "+l[len(l)-1])
+			return
+		case n < 1:
+			bad("limit", "", "This value must be greater than or equal to 1.")
+			return
+		case n > 100:
+			bad("limit", "", "This value must be less than or equal to 100.")
+			return
+		}
+		limit = n
+	}
+	after, before := q.Get("starting_after"), q.Get("ending_before")
+	if after != "" && before != "" {
+		bad("starting_after", "", "You may only specify one of these parameters: starting_after, ending_before.")
+		return
+	}
+	piID, byPI := q.Get("payment_intent"), q.Has("payment_intent")
+	charge, byCharge := q.Get("charge"), q.Has("charge")
+
+	s.mu.Lock()
+	if byPI {
+		if _, ok := s.byID[piID]; !ok {
+			s.mu.Unlock()
+			bad("payment_intent", "resource_missing", "No such payment_intent: '"+piID+"'")
+			return
+		}
+	}
+	ordered := make([]*Refund, 0, len(s.refunds))
+	for i := len(s.refunds) - 1; i >= 0; i-- {
+		ordered = append(ordered, s.refunds[i])
+	}
+	slices.SortStableFunc(ordered, func(a, b *Refund) int {
+		switch ca, cb := a.Created.Unix(), b.Created.Unix(); {
+		case ca > cb:
+			return -1
+		case ca < cb:
+			return 1
+		}
+		return 0
+	})
+	cursor := after + before
+	from, to := 0, len(ordered)
+	if cursor != "" {
+		i := slices.IndexFunc(ordered, func(rf *Refund) bool { return rf.ID == cursor })
+		if i < 0 {
+			s.mu.Unlock()
+			param := "starting_after"
+			if before != "" {
+				param = "ending_before"
+			}
+			bad(param, "resource_missing", "No such refund: '"+cursor+"'")
+			return
+		}
+		if after != "" {
+			from = i + 1
+		} else {
+			to = i
+		}
+	}
+	var matching []*Refund
+	for _, rf := range ordered[from:to] {
+		if byPI && rf.PaymentIntent != piID || byCharge && chargeID(rf.PaymentIntent) != charge {
+			continue
+		}
+		if !created.matchUnix(rf.Created.Unix()) {
+			continue
+		}
+		matching = append(matching, rf)
+	}
+	var page []*Refund
+	var hasMore bool
+	if before != "" {
+		start := max(len(matching)-limit, 0)
+		page, hasMore = matching[start:], start > 0
+	} else {
+		page, hasMore = matching[:min(limit, len(matching))], len(matching) > limit
+	}
+	data := make([]map[string]any, 0, len(page))
+	for _, rf := range page {
+		data = append(data, rf.wire())
+	}
+	s.mu.Unlock()
+
+	body, _ := json.Marshal(map[string]any{
+		"object":   "list",
+		"data":     data,
+		"has_more": hasMore,
+		"url":      "/v1/refunds",
+	})
+	s.write(w, r, reqID, http.StatusOK, body)
+}
+
+// ---- POST /v1/payment_intents/{id}/capture ----
+
+// handleCapture captures an authorised PaymentIntent (requires_capture),
+// optionally for less (amount_to_capture), honouring Idempotency-Key and
+// drawing faults like a create (see keyedPost). Its metadata is merged
+// into the PaymentIntent's, as Stripe does. A refusal (the PaymentIntent is
+// not in requires_capture, already captured included, or the amount is too
+// large) is a 400 payment_intent_unexpected_state or amount_too_large
+// whose error carries the PaymentIntent, not saved.
+func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
+	s.countRequest()
+	reqID := newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+		return
+	}
+	form := r.PostForm
+	id := r.PathValue("id")
+	var (
+		metadata map[string]string
+		amount   int64
+	)
+	check := func() *apiError {
+		if e := onlyParams(form, "amount_to_capture"); e != nil {
+			return e
+		}
+		var e *apiError
+		if metadata, e = metadataParams(form); e != nil {
+			return e
+		}
+		if v := formValue(form, "amount_to_capture"); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return invalid("amount_to_capture", "parameter_invalid_integer", "Invalid integer: "+v)
+			}
+			amount = n
+		}
+		return nil
+	}
+	act := func() (savedResponse, bool) {
+		s.mu.Lock()
+		pi, ok := s.byID[id]
+		if !ok {
+			s.mu.Unlock()
+			return refusal(reqID, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
+				Message: "No such payment_intent: '" + id + "'"})
+		}
+		if pi.Status != "requires_capture" {
+			wire := pi.wire()
+			status := pi.Status
+			s.mu.Unlock()
+			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
+				Message:       "This PaymentIntent could not be captured because it has a status of " + status + ". Only a PaymentIntent with one of the following statuses may be captured: requires_capture.",
+				DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
+				PaymentIntent: wire})
+		}
+		take := pi.AmountCapturable
+		if amount != 0 {
+			if amount < 1 || amount > pi.AmountCapturable {
+				capturable := pi.AmountCapturable
+				s.mu.Unlock()
+				return refusal(reqID, http.StatusBadRequest, *invalid("amount_to_capture", "amount_too_large",
+					fmt.Sprintf("The amount_to_capture must be a positive integer no greater than the amount_capturable (%d).", capturable)))
+			}
+			take = amount
+		}
+		pi.Status = "succeeded"
+		pi.AmountReceived = take
+		pi.AmountCapturable = 0
+		for k, v := range metadata {
+			pi.Metadata[k] = v
+		}
+		body, _ := json.Marshal(pi.wire())
+		s.mu.Unlock()
+		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+	}
+	s.keyedPost(w, r, reqID, check, act)
+}
+
+// ---- POST /v1/payment_intents/{id}/cancel ----
+
+var cancellationReasons = []string{"duplicate", "fraudulent", "requested_by_customer", "abandoned"}
+
+// cancelable are the statuses Stripe lets a PaymentIntent be canceled in.
+var cancelable = []string{"requires_payment_method", "requires_capture", "requires_confirmation", "requires_action", "processing"}
+
+// handleCancel cancels a PaymentIntent that has not succeeded, honouring
+// Idempotency-Key and drawing faults like a create (see keyedPost). A
+// PaymentIntent that succeeded or is already canceled is a 400
+// payment_intent_unexpected_state carrying the PaymentIntent, as Stripe
+// answers, not saved.
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	s.countRequest()
+	reqID := newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+		return
+	}
+	form := r.PostForm
+	id := r.PathValue("id")
+	var reason string
+	check := func() *apiError {
+		for k := range form {
+			if strings.HasPrefix(k, "metadata[") {
+				return invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
+			}
+		}
+		if e := onlyParams(form, "cancellation_reason"); e != nil {
+			return e
+		}
+		reason = formValue(form, "cancellation_reason")
+		if reason != "" && !slices.Contains(cancellationReasons, reason) {
+			return invalid("cancellation_reason", "", "Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer, or abandoned")
+		}
+		return nil
+	}
+	act := func() (savedResponse, bool) {
+		s.mu.Lock()
+		pi, ok := s.byID[id]
+		if !ok {
+			s.mu.Unlock()
+			return refusal(reqID, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
+				Message: "No such payment_intent: '" + id + "'"})
+		}
+		if !slices.Contains(cancelable, pi.Status) {
+			wire := pi.wire()
+			status := pi.Status
+			s.mu.Unlock()
+			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
+				Message:       "You cannot cancel this PaymentIntent because it has a status of " + status + ". Only a PaymentIntent with one of the following statuses may be canceled: " + strings.Join(cancelable, ", ") + ".",
+				DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
+				PaymentIntent: wire})
+		}
+		pi.Status = "canceled"
+		pi.CancellationReason = reason
+		pi.CanceledAt = s.now()
+		pi.AmountCapturable = 0
+		body, _ := json.Marshal(pi.wire())
+		s.mu.Unlock()
+		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+	}
+	s.keyedPost(w, r, reqID, check, act)
+}
+
+// SeedPaymentIntent stores pi as if it had been created earlier (by
+// another system, say), so that tests can refund, capture or cancel a
+// PaymentIntent whose id they know in advance. An empty ID gets a fresh
+// one, an empty Status "succeeded", a zero Created Config.Now, an empty
+// Currency "usd". It is not counted as an effect. It returns the stored
+// PaymentIntent's copy, or false when the id is taken.
+func (s *Server) SeedPaymentIntent(pi PaymentIntent) (PaymentIntent, bool) {
+	pi = pi.clone()
+	if pi.ID == "" {
+		pi.ID = newID("pi_", 24)
+	}
+	if pi.Status == "" {
+		pi.Status = "succeeded"
+	}
+	if pi.Currency == "" {
+		pi.Currency = "usd"
+	}
+	if pi.CaptureMethod == "" {
+		pi.CaptureMethod = "automatic"
+	}
+	if pi.Status == "requires_capture" && pi.AmountCapturable == 0 {
+		pi.AmountCapturable = pi.Amount
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pi.Created.IsZero() {
+		pi.Created = s.now()
+	}
+	pi.SearchableAt = pi.Created.Add(s.searchLag)
+	if _, taken := s.byID[pi.ID]; taken {
+		return PaymentIntent{}, false
+	}
+	stored := pi
+	s.pis = append(s.pis, &stored)
+	s.byID[stored.ID] = &stored
+	return stored.clone(), true
+}

@@ -2,6 +2,7 @@ package dispatcher_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -218,4 +219,31 @@ func (b *testBundle) waitFirstAttempt(t *testing.T, id int64) {
 		a := b.attempts(t, id)
 		return len(a) > 0 && a[0].Outcome != ""
 	})
+}
+
+// A refund of a charge the dispatcher made goes to Stripe once, even when
+// its first answer is lost: the repeat under the same key is replayed.
+func TestRefundAfterTheChargeIsPerformedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.start(t, b.config())
+	charge := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
+	s := b.waitSettled(t, charge)
+	if s.State != intenttype.StateSucceeded {
+		t.Fatalf("charge = %+v", s)
+	}
+	b.stripe.Faults().Push(fault.Fault{Kind: fault.LoseResponse})
+	refund := b.record(t, stripeprovider.KindRefund, fmt.Sprintf(`{"payment_intent": %q, "amount": 200, "reason": "requested_by_customer"}`, s.ProviderRef))
+	if r := b.waitSettled(t, refund); r.State != intenttype.StateSucceeded || !strings.HasPrefix(r.ProviderRef, "re_") {
+		t.Fatalf("refund = %+v, want succeeded with a refund id", r)
+	}
+	if n := b.stripe.RefundsFor(refund); n != 1 {
+		t.Fatalf("the Stripe double made %d refunds for the intent, want 1", n)
+	}
+	// The answer was lost; Stripe replayed it under the key (to the next
+	// attempt, or to net/http's own retry on the dead connection, which a
+	// keyed request allows).
+	if a := b.attempts(t, refund); !a[len(a)-1].Replayed {
+		t.Fatalf("refund attempts = %+v, want the last one a replay", a)
+	}
 }

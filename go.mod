@@ -16,6 +16,8 @@ require (
 	github.com/sendgrid/sendgrid-go v3.16.1+incompatible
 	github.com/sethvargo/go-retry v0.5.0
 	github.com/stripe/stripe-go/v76 v76.25.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	golang.org/x/net v0.59.0
 	pgregory.net/rapid v1.3.0
 	riverqueue.com/riverui v0.22.0

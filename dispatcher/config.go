@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -163,6 +165,14 @@ type Config struct {
 
 	// Logger receives one line per attempt outcome. Defaults to discarding.
 	Logger *slog.Logger
+
+	// TracerProvider traces dispatching: every attempt runs in an
+	// "outbox.dispatch <kind>" span (intent id, kind, provider, attempt,
+	// outcome; never a payload or a key) linked to the span the intent was
+	// recorded under, and River's job spans come from otelriver's
+	// middleware. Nil uses OpenTelemetry's no-op provider, never the global
+	// one, and adds no middleware.
+	TracerProvider trace.TracerProvider
 }
 
 // Validate reports the first problem with the configuration, as New would,

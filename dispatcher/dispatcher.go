@@ -12,8 +12,12 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/internal/tracing"
 )
 
 // maxAttemptsLimit keeps our bound under River's own limit for a dispatch
@@ -26,6 +30,7 @@ type Dispatcher struct {
 	config *Config
 	pool   *pgxpool.Pool
 	store  *intentstore.Store
+	tracer trace.Tracer
 	river  *river.Client[pgx.Tx]
 	// namespace is the deployment's (intentstore.Store.Namespace), read by
 	// Start before any work.
@@ -49,7 +54,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{config: cfg, pool: pool, store: store}
+	d := &Dispatcher{config: cfg, pool: pool, store: store, tracer: tracing.Tracer(cfg.TracerProvider)}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &dispatchWorker{d: d}); err != nil {
 		return nil, err
@@ -72,6 +77,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		FetchCooldown:        cfg.FetchCooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		Logger:               cfg.Logger,
+		Middleware:           riverMiddleware(cfg.TracerProvider),
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil },
@@ -86,6 +92,21 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
 	return d, nil
+}
+
+// riverMiddleware traces River's work of every job (a "river.work/<kind>"
+// span, the parent of the attempt's span) when tp is set. Metrics stay
+// with this package's own collector: the middleware is given a no-op meter,
+// not the global one.
+func riverMiddleware(tp trace.TracerProvider) []rivertype.Middleware {
+	if tp == nil {
+		return nil
+	}
+	return []rivertype.Middleware{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+		TracerProvider:              tp,
+		MeterProvider:               metricnoop.NewMeterProvider(),
+		EnableWorkSpanJobKindSuffix: true,
+	})}
 }
 
 // Start begins working intents. It returns once River has started; work

@@ -120,9 +120,12 @@ func (s *step) request() providers.Request {
 	}
 }
 
-// attempt claims the intent, calls the provider and settles the outcome.
+// attempt claims the intent, calls the provider and settles the outcome,
+// in the attempt's span.
 func (s *step) attempt(ctx context.Context, now time.Time) error {
 	d := s.d
+	ctx, span := d.startAttempt(ctx, s.row, s.p.Name())
+	defer span.End()
 	claim, err := d.store.Claim(ctx, intentstore.ClaimParams{
 		Row:         s.row,
 		ProviderKey: intenttype.ProviderKey(d.namespace, s.row.KeyGeneration, s.row.Key, s.p.Capabilities().MaxKeyLength),
@@ -130,18 +133,28 @@ func (s *step) attempt(ctx context.Context, now time.Time) error {
 		Now:         now,
 	})
 	if errors.Is(err, intentstore.ErrClaimLost) {
+		span.SetAttributes(attrOutcome.String(outcomeClaimLost))
 		return river.JobSnooze(claimLostSnooze)
 	}
 	if err != nil {
+		spanError(span, err.Error())
 		return err
 	}
+	span.SetAttributes(attrAttempt.Int(claim.Attempt))
 	tookOver := s.row.State == intenttype.StateDispatching
 	s.row.State, s.row.ClaimedAttempt, s.row.AttemptCount = intenttype.StateDispatching, claim.Attempt, claim.Attempt
 	s.row.ProviderKey, s.row.Namespace, s.row.KeyFirstUsedAt = claim.ProviderKey, claim.Namespace, claim.KeyFirstUsedAt
 	s.row.MayHaveActed = s.row.MayHaveActed || tookOver
 	s.started = time.Now()
 	res, callErr := d.call(ctx, s.p, s.request())
-	return s.settle(ctx, s.classify(ctx, res, callErr))
+	dec := s.classify(ctx, res, callErr)
+	endAttempt(span, dec)
+	err = s.settle(ctx, dec)
+	var retry *retryError
+	if err != nil && !errors.As(err, &retry) {
+		spanError(span, err.Error())
+	}
+	return err
 }
 
 func (d *Dispatcher) call(ctx context.Context, p providers.Provider, req providers.Request) (providers.Result, error) {
@@ -261,7 +274,18 @@ func (s *step) settle(ctx context.Context, dec decision) error {
 	if dec.retryAfter > 0 {
 		return river.JobSnooze(dec.retryAfter)
 	}
-	return fmt.Errorf("intent %d will be attempted again: %s", s.row.ID, dec.LastError)
+	return &retryError{id: s.row.ID, lastError: dec.LastError}
+}
+
+// retryError asks River to run an intent's job again, after its retry
+// policy's delay: the intent is pending again.
+type retryError struct {
+	id        int64
+	lastError string
+}
+
+func (e *retryError) Error() string {
+	return fmt.Sprintf("intent %d will be attempted again: %s", e.id, e.lastError)
 }
 
 func (d *Dispatcher) logSettlement(ctx context.Context, s *step, dec decision, res intentstore.Settled) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/sethvargo/go-retry"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox/internal/intentstore"
 )
@@ -72,11 +73,14 @@ func (c *Client) ConsumeBatch(ctx context.Context, msgs []Message, handler Batch
 	if len(msgs) == 0 {
 		return []Result{}, nil
 	}
+	ctx, span := c.startBatch(ctx, msgs)
+	var results []Result
+	var err error
+	defer func() { endSpan(span, err) }()
 	backoff := retry.WithMaxRetries(uint64(c.config.MaxTxAttempts-1),
 		retry.WithJitterPercent(25, retry.NewExponential(c.config.TxRetryDelay)))
-	var results []Result
 	attempt := 0
-	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+	err = retry.Do(ctx, backoff, func(ctx context.Context) error {
 		attempt++
 		var pi pendingInsert
 		var plan batchPlan
@@ -119,19 +123,26 @@ func (c *Client) ConsumeBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message, 
 	if len(msgs) == 0 {
 		return []Result{}, nil
 	}
+	ctx, span := c.startBatch(ctx, msgs)
 	var pi pendingInsert
 	plan, err := c.runBatch(ctx, tx, msgs, handler, &pi)
+	if err == nil && pi.len() > 0 {
+		b := &pgx.Batch{}
+		c.queueInsert(b, &pi)
+		err = mapInsertError(tx.SendBatch(ctx, b).Close())
+	}
+	endSpan(span, err)
 	if err != nil {
 		return nil, err
 	}
-	if pi.len() > 0 {
-		b := &pgx.Batch{}
-		c.queueInsert(b, &pi)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, mapInsertError(err)
-		}
-	}
 	return plan.results(&pi), nil
+}
+
+// startBatch starts the span a batch is processed in; each of its messages
+// gets an "outbox.consume" span of its own within it.
+func (c *Client) startBatch(ctx context.Context, msgs []Message) (context.Context, trace.Span) {
+	return c.tracer.Start(ctx, spanConsumeBatch, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrMessages.Int(len(msgs))))
 }
 
 func validateBatch(msgs []Message, handler BatchHandler) error {
@@ -193,17 +204,21 @@ func (c *Client) runBatch(ctx context.Context, tx pgx.Tx, msgs []Message, handle
 		plan.isNew[i] = fresh[k.consumer+"\x00"+k.id]
 	}
 	for i, m := range msgs {
+		mctx, span := c.startConsume(ctx, m)
 		if !plan.isNew[i] {
+			endSpan(span, nil, resultAttrs(true, 0)...)
 			continue
 		}
-		prepared, err := c.handle(ctx, tx, m, func(ctx context.Context, tx pgx.Tx, rec *Recorder) error {
+		prepared, err := c.handle(mctx, tx, m, func(ctx context.Context, tx pgx.Tx, rec *Recorder) error {
 			return handler(ctx, tx, m, rec)
 		})
 		if err != nil {
+			endSpan(span, err)
 			return batchPlan{}, &BatchError{Index: i, Message: m, Err: err}
 		}
 		plan.first[i], plan.n[i] = pi.len(), len(prepared)
-		pi.add(&msgs[i], prepared, "consumer:"+m.Consumer)
+		pi.add(mctx, &msgs[i], prepared, "consumer:"+m.Consumer)
+		endSpan(span, nil, resultAttrs(false, len(prepared))...)
 	}
 	return plan, nil
 }

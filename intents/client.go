@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/internal/tracing"
 
 	"github.com/outboxkit/outbox/providers"
 )
@@ -60,6 +62,16 @@ type Config struct {
 
 	// Logger receives retry warnings. Defaults to discarding.
 	Logger *slog.Logger
+
+	// TracerProvider traces consuming: Consume, ConsumeTx and each message
+	// of ConsumeBatch run in an "outbox.consume" span, and every intent
+	// stores the W3C trace context it was recorded under (that span's, or
+	// for RecordTx the caller's span in ctx), so the dispatcher's attempt
+	// spans link to it. Nil uses OpenTelemetry's no-op provider, not the
+	// global one: no spans are recorded, but a span context already in ctx
+	// (a caller's, or one a broker consumer took from the message's
+	// traceparent header) is still stored with the intents.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) withDefaults() (*Config, error) {
@@ -108,6 +120,7 @@ type Client struct {
 	store *intentstore.Store
 	// schemaOK: the schema was found current (checkSchema).
 	schemaOK atomic.Bool
+	tracer   trace.Tracer
 }
 
 // NewClient returns a Client that records intents in the database behind
@@ -124,5 +137,5 @@ func NewClient(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{pool: pool, config: cfg, store: store}, nil
+	return &Client{pool: pool, config: cfg, store: store, tracer: tracing.Tracer(cfg.TracerProvider)}, nil
 }

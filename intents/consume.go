@@ -90,11 +90,14 @@ func (c *Client) Consume(ctx context.Context, msg Message, handler Handler) (Res
 	if handler == nil {
 		return Result{}, errors.New("intents: handler is nil")
 	}
+	ctx, span := c.startConsume(ctx, msg)
+	var result Result
+	var err error
+	defer func() { endSpan(span, err, resultAttrs(result.Duplicate, len(result.Intents))...) }()
 	backoff := retry.WithMaxRetries(uint64(c.config.MaxTxAttempts-1),
 		retry.WithJitterPercent(25, retry.NewExponential(c.config.TxRetryDelay)))
-	var result Result
 	attempt := 0
-	err := retry.Do(ctx, backoff, func(ctx context.Context) error {
+	err = retry.Do(ctx, backoff, func(ctx context.Context) error {
 		attempt++
 		res, err := c.consumeOnce(ctx, msg, handler)
 		if err != nil {
@@ -123,7 +126,7 @@ func (c *Client) consumeOnce(ctx context.Context, msg Message, handler Handler) 
 			return false, err
 		}
 		if len(prepared) > 0 {
-			pi.add(&msg, prepared, "consumer:"+msg.Consumer)
+			pi.add(ctx, &msg, prepared, "consumer:"+msg.Consumer)
 			c.queueInsert(b, &pi)
 		}
 		return true, nil
@@ -220,7 +223,10 @@ func (c *Client) ConsumeTx(ctx context.Context, tx pgx.Tx, msg Message, handler 
 	if handler == nil {
 		return Result{}, errors.New("intents: handler is nil")
 	}
-	return c.consumeTx(ctx, tx, msg, handler)
+	ctx, span := c.startConsume(ctx, msg)
+	res, err := c.consumeTx(ctx, tx, msg, handler)
+	endSpan(span, err, resultAttrs(res.Duplicate, len(res.Intents))...)
+	return res, err
 }
 
 func (c *Client) consumeTx(ctx context.Context, tx pgx.Tx, msg Message, handler Handler) (Result, error) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/internal/tracing"
 	"github.com/outboxkit/outbox/providers"
 )
 
@@ -220,12 +221,14 @@ type pendingInsert struct {
 
 func (pi *pendingInsert) len() int { return len(pi.recs) }
 
-// add appends the prepared intents of one message (nil outside a consumer).
-func (pi *pendingInsert) add(msg *Message, prepared []preparedIntent, actor string) {
+// add appends the prepared intents of one message (nil outside a consumer),
+// with the trace context of the span in ctx.
+func (pi *pendingInsert) add(ctx context.Context, msg *Message, prepared []preparedIntent, actor string) {
+	traceParent, traceState := tracing.Inject(ctx)
 	for i := range prepared {
 		p := &prepared[i]
 		in := intentstore.NewIntent{Key: p.key, Kind: p.kind, Provider: p.provider.Name(), Name: p.name,
-			Payload: p.payload, Reference: p.reference, Actor: actor}
+			Payload: p.payload, Reference: p.reference, Actor: actor, TraceParent: traceParent, TraceState: traceState}
 		if msg != nil {
 			in.Consumer, in.MessageID = msg.Consumer, msg.ID
 		}
@@ -254,7 +257,7 @@ func (c *Client) queueInsert(b *pgx.Batch, pi *pendingInsert) {
 // in tx, in one round trip.
 func (c *Client) insert(ctx context.Context, tx pgx.Tx, msg *Message, prepared []preparedIntent, actor string) ([]Recorded, error) {
 	var pi pendingInsert
-	pi.add(msg, prepared, actor)
+	pi.add(ctx, msg, prepared, actor)
 	if err := c.store.InsertTx(ctx, tx, &pi.batch); err != nil {
 		return nil, mapInsertError(err)
 	}

@@ -75,7 +75,7 @@ func (c *Consumer) handle(ctx, hctx context.Context, s *session, d amqp.Delivery
 	forHandler := d
 	forHandler.Acknowledger = refusingAcknowledger{}
 	var handlerErr error
-	res, err := c.cfg.Client.Consume(hctx, intents.Message{Consumer: c.cfg.Consumer, ID: id},
+	res, err := c.cfg.Client.Consume(traceContext(hctx, d.Headers), intents.Message{Consumer: c.cfg.Consumer, ID: id},
 		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 			handlerErr = c.cfg.Handler(ctx, forHandler, tx, rec)
 			return handlerErr

@@ -29,7 +29,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	log = log.With("message_id", id)
 
-	handlerCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckWait)
+	handlerCtx, cancel := context.WithTimeout(traceContext(context.WithoutCancel(ctx), msg.Headers()), c.cfg.AckWait)
 	defer cancel()
 	res, err := c.client.Consume(handlerCtx, intents.Message{Consumer: c.cfg.Consumer, ID: id},
 		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {

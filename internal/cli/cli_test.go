@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -327,6 +328,12 @@ type runningDispatcher struct {
 // secretStripeKey).
 func startRun(t *testing.T, stripeKey string, args ...string) *runningDispatcher {
 	t.Helper()
+	return startRunWith(t, stripeKey, nil, args...)
+}
+
+// startRunWith is startRun with more environment variables.
+func startRunWith(t *testing.T, stripeKey string, extraEnv map[string]string, args ...string) *runningDispatcher {
+	t.Helper()
 	pool, dbURL := pgtest.NewDB(t)
 	sd, err := stripedouble.NewServer(stripedouble.Config{APIKey: stripeKey})
 	if err != nil {
@@ -345,6 +352,7 @@ func startRun(t *testing.T, stripeKey string, args ...string) *runningDispatcher
 		"STRIPE_API_BASE":   sd.URL(),
 		"SENDGRID_API_BASE": gd.URL(),
 	}
+	maps.Copy(envVars, extraEnv)
 	env, stdout, stderr := environment(envVars, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	rd := &runningDispatcher{pool: pool, env: envVars, stripe: sd, sendgrid: gd, cancel: cancel, done: make(chan int, 1), stdout: stdout, stderr: stderr}

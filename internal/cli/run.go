@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sethvargo/go-retry"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/dispatcher/metrics"
@@ -49,7 +50,9 @@ River's UI under /riverui/. If the default address is taken (another
 'outboxd run' on this host), run goes on without it and logs a warning.
 
 Stops gracefully on SIGINT or SIGTERM: no new attempts start, attempts in
-flight record their outcome, for at most --shutdown-grace.`, env)
+flight record their outcome, for at most --shutdown-grace; spans not yet
+exported are then flushed.
+`+tracingHelp, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
 	var pf providerFlags
@@ -105,6 +108,22 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	}
 	defer pf.close()
 
+	tracerProvider, err := setupTracing(ctx, env)
+	if err != nil {
+		return err
+	}
+	if tracerProvider != nil {
+		defer func() {
+			// After the dispatcher stopped: its last spans are flushed too.
+			flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tracerProvider.Shutdown(flushCtx); err != nil {
+				logger.Warn("could not flush traces", "error", err)
+			}
+		}()
+		logger.InfoContext(ctx, "tracing on: exporting spans over OTLP/HTTP")
+	}
+
 	cfg := &dispatcher.Config{
 		Providers:            registry,
 		MaxWorkers:           *workers,
@@ -122,6 +141,9 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 		RecheckInterval:      *recheckInterval,
 		AbsenceSettleTime:    *absenceSettleTime,
 		Logger:               logger,
+	}
+	if tracerProvider != nil {
+		cfg.TracerProvider = tracerProvider
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageErrorf("%v", err)
@@ -157,6 +179,7 @@ flight record their outcome, for at most --shutdown-grace.`, env)
 	admin, err := startAdmin(ctx, adminParams{
 		addr: *adminAddr, explicit: flagWasSet(fs, "admin-addr"), token: adminToken, tlsTerminated: *adminTLSTerminated,
 		pool: pool, registry: registry, metrics: outboxMetrics, gatherer: metricsRegistry, logger: logger,
+		tracerProvider: cfg.TracerProvider,
 	})
 	if err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
@@ -225,6 +248,8 @@ type adminParams struct {
 	metrics  ingest.Observer
 	gatherer prometheus.Gatherer
 	logger   *slog.Logger
+	// tracerProvider traces the ingest API's recording; nil when off.
+	tracerProvider trace.TracerProvider
 
 	// tlsTerminated: a proxy terminates TLS in front (Secure cookies).
 	tlsTerminated bool
@@ -249,7 +274,7 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 		p.logger.InfoContext(ctx, "admin server disabled (--admin-addr is empty)")
 		return nil, nil
 	}
-	client, err := intents.NewClient(p.pool, &intents.Config{Providers: p.registry, Logger: p.logger})
+	client, err := intents.NewClient(p.pool, &intents.Config{Providers: p.registry, Logger: p.logger, TracerProvider: p.tracerProvider})
 	if err != nil {
 		return nil, err
 	}

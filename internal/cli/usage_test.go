@@ -20,6 +20,7 @@ func TestHelpCommandPrintsACommandsHelp(t *testing.T) {
 		{[]string{"help", "intents", "list"}, []string{"Usage: outboxd intents list", "--state value", "--cursor string"}},
 		{[]string{"intents", "help", "retry"}, []string{"Usage: outboxd intents retry", "--reason string"}},
 		{[]string{"help", "version"}, []string{"Usage: outboxd version"}},
+		{[]string{"help", "run"}, []string{"Usage: outboxd run", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"}},
 	} {
 		r := outboxd(t, invocation{args: tc.args})
 		if r.code != 0 {

@@ -1,7 +1,7 @@
 package intentstore
 
 // Every statement on the outbox's tables that changes them, and on the River
-// rows they touch, in one place. Tables are created by migrations/001 to 003.
+// rows they touch, in one place. Tables are created by migrations/001 to 005.
 // Parameters are named (pgx.NamedArgs).
 
 const namespaceSQL = `SELECT namespace FROM outbox_namespace`
@@ -29,8 +29,8 @@ RETURNING consumer, message_id`
 
 // insertIntentsSQL stores intents, their "recorded" events and their River
 // dispatch jobs in one statement, returning the intents' ids in input order.
-// consumer, message_id and the event's actor are per row, so one statement
-// serves a whole batch of messages.
+// consumer, message_id, the trace context and the event's actor are per
+// row, so one statement serves a whole batch of messages.
 //
 // The river_job rows are exactly what River's InsertManyTx writes for
 // DispatchArgs (see dispatchJob and TestDispatchJobsMatchRiver): args
@@ -47,12 +47,15 @@ const insertIntentsSQL = `
 WITH input AS (
     SELECT *
     FROM unnest(@keys::text[], @kinds::text[], @providers::text[], @names::text[], @payloads::jsonb[],
-                @references::text[], @consumers::text[], @message_ids::text[], @actors::text[])
-        WITH ORDINALITY AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, actor, ord)
+                @references::text[], @consumers::text[], @message_ids::text[], @actors::text[],
+                @trace_parents::text[], @trace_states::text[])
+        WITH ORDINALITY AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, actor,
+                             trace_parent, trace_state, ord)
 ),
 inserted AS (
-    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id)
-    SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id
+    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
+                                trace_parent, trace_state)
+    SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state
     FROM input
     ORDER BY ord
     RETURNING id, idempotency_key
@@ -73,8 +76,9 @@ ORDER BY input.ord`
 // with plain parameters instead of arrays: less work for both sides.
 const insertIntentSQL = `
 WITH inserted AS (
-    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id)
-    VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id)
+    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
+                                trace_parent, trace_state)
+    VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id, @trace_parent, @trace_state)
     RETURNING id
 ),
 events AS (
@@ -122,7 +126,7 @@ const notifySQL = `SELECT pg_notify(current_schema() || '.river_insert', @notice
 // intentColumns is what loadSQL reads, in the order scanRow reads.
 const intentColumns = `id, idempotency_key, kind, provider, payload, state, attempt_count, budget_from,
     may_have_acted, claimed_attempt, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
-    key_first_used_at, recheck_count, created_at,
+    key_first_used_at, recheck_count, created_at, coalesce(trace_parent, ''), coalesce(trace_state, ''),
     (SELECT max(a.started_at) FROM outbox_attempts a WHERE a.intent_id = outbox_intents.id)`
 
 const loadSQL = `SELECT ` + intentColumns + ` FROM outbox_intents WHERE id = @id`

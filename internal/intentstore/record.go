@@ -24,6 +24,11 @@ type NewIntent struct {
 	MessageID string
 	// Actor is the "recorded" event's actor.
 	Actor string
+	// TraceParent and TraceState are the W3C trace context of the span
+	// that recorded it (internal/tracing.Inject); empty: none, stored as
+	// NULL.
+	TraceParent string
+	TraceState  string
 }
 
 // InsertBatch gathers the intents one statement stores, possibly from
@@ -32,6 +37,7 @@ type NewIntent struct {
 type InsertBatch struct {
 	keys, kinds, providers, names, payloads, actors []string
 	refs, consumers, messageIDs                     []*string
+	traceParents, traceStates                       []*string
 	IDs                                             []int64
 }
 
@@ -52,6 +58,8 @@ func (ib *InsertBatch) Add(in NewIntent) {
 	ib.refs = append(ib.refs, nullString(in.Reference))
 	ib.consumers = append(ib.consumers, nullString(in.Consumer))
 	ib.messageIDs = append(ib.messageIDs, nullString(in.MessageID))
+	ib.traceParents = append(ib.traceParents, nullString(in.TraceParent))
+	ib.traceStates = append(ib.traceStates, nullString(in.TraceState))
 }
 
 // QueueMarker adds the processed marker's insert to b; the callback learns
@@ -113,12 +121,14 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
 			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
 			"message_id": ib.messageIDs[0], "actor": ib.actors[0],
+			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0],
 		})).Query(collect)
 	} else {
 		b.Queue(insertIntentsSQL, s.jobArgs(pgx.NamedArgs{
 			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
 			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
 			"message_ids": ib.messageIDs, "actors": ib.actors,
+			"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
 		})).Query(collect)
 	}
 	if s.notify.due() {

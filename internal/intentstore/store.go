@@ -100,6 +100,10 @@ type Row struct {
 	KeyFirstUsedAt time.Time
 	RecheckCount   int
 	CreatedAt      time.Time
+	// TraceParent and TraceState are the W3C trace context the intent was
+	// recorded under; empty when it was not traced.
+	TraceParent string
+	TraceState  string
 	// LastAttemptAt is when the latest attempt was claimed; zero if none.
 	LastAttemptAt time.Time
 }
@@ -113,7 +117,7 @@ func scanRow(row pgx.CollectableRow) (Row, error) {
 	var firstUsed, lastAttempt *time.Time
 	err := row.Scan(&r.ID, &r.Key, &r.Kind, &r.Provider, &r.Payload, &r.State, &r.AttemptCount, &r.BudgetFrom,
 		&r.MayHaveActed, &claimed, &r.ProviderKey, &r.Namespace, &r.KeyGeneration, &firstUsed, &r.RecheckCount, &r.CreatedAt,
-		&lastAttempt)
+		&r.TraceParent, &r.TraceState, &lastAttempt)
 	if lastAttempt != nil {
 		r.LastAttemptAt = *lastAttempt
 	}

@@ -1,0 +1,3 @@
+ALTER TABLE outbox_intents
+    DROP COLUMN trace_parent,
+    DROP COLUMN trace_state;

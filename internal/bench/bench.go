@@ -77,6 +77,12 @@ type Sizes struct {
 	// MemoryIntents is how many intents the memory row's outboxd run
 	// performs.
 	MemoryIntents int
+	// E2EStep is how long each step of the end-to-end ladder offers its
+	// rate; CommitLimitDuration how long the commit-limit baseline runs.
+	E2EStep             time.Duration
+	CommitLimitDuration time.Duration
+	// FsyncTool runs pg_test_fsync, when installed, for the machine line.
+	FsyncTool bool
 }
 
 // FullSizes is what `make bench` runs: about a minute and a half on two
@@ -94,6 +100,32 @@ func FullSizes() Sizes {
 		SlowWorkers:     100,
 		SlowDelay:       50 * time.Millisecond,
 		MemoryIntents:   6000,
+
+		E2EStep:             4 * time.Second,
+		CommitLimitDuration: 5 * time.Second,
+		FsyncTool:           true,
+	}
+}
+
+// QuickSizes is for development on a shared machine: every scenario, small
+// enough to take a few minutes, large enough that the figures mean
+// something (noisier than FullSizes).
+func QuickSizes() Sizes {
+	return Sizes{
+		ConsumeMessages: 1500,
+		Batches:         60,
+		BatchSize:       100,
+		DispatchIntents: 1500,
+		Workers:         50,
+		LatencyRate:     500,
+		LatencyDuration: 2 * time.Second,
+		SlowIntents:     1500,
+		SlowWorkers:     100,
+		SlowDelay:       50 * time.Millisecond,
+		MemoryIntents:   1500,
+
+		E2EStep:             1500 * time.Millisecond,
+		CommitLimitDuration: 2 * time.Second,
 	}
 }
 
@@ -112,6 +144,9 @@ func SmokeSizes() Sizes {
 		SlowWorkers:     10,
 		SlowDelay:       10 * time.Millisecond,
 		MemoryIntents:   40,
+
+		E2EStep:             300 * time.Millisecond,
+		CommitLimitDuration: time.Second,
 	}
 }
 
@@ -123,7 +158,7 @@ type Config struct {
 	// Sizes says how much work to do. Defaults to FullSizes().
 	Sizes *Sizes
 	// Only, when not empty, runs only the scenarios named (consume, batch,
-	// dispatch, latency, slow, memory).
+	// e2e, dispatch, latency, slow, memory).
 	Only []string
 	// FetchCooldown is the dispatchers' and River baselines'
 	// FetchCooldown. Defaults to dispatcher.DefaultFetchCooldown.
@@ -139,7 +174,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "dispatch", "latency", "slow", "memory"}
+	return []string{"consume", "batch", "e2e", "dispatch", "latency", "slow", "memory"}
 }
 
 // Row is one line of the table.
@@ -169,6 +204,10 @@ type Machine struct {
 	Postgres string `json:"postgres"`
 	Go       string `json:"go"`
 	OS       string `json:"os"`
+	// Settings are the server settings that bound commits.
+	Settings string `json:"settings,omitempty"`
+	// Fsync says how long a durable commit takes on this machine.
+	Fsync string `json:"fsync,omitempty"`
 }
 
 // Report is the result of Run.
@@ -238,6 +277,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}{
 		{"consume", r.consumeRows},
 		{"batch", r.batchRows},
+		{"e2e", r.e2eRows},
 		{"dispatch", r.dispatchRows},
 		{"latency", r.latencyRows},
 		{"slow", r.slowRows},
@@ -262,6 +302,7 @@ func (s Sizes) validate() error {
 		"ConsumeMessages": s.ConsumeMessages, "Batches": s.Batches, "BatchSize": s.BatchSize,
 		"DispatchIntents": s.DispatchIntents, "Workers": s.Workers, "LatencyRate": s.LatencyRate,
 		"SlowIntents": s.SlowIntents, "SlowWorkers": s.SlowWorkers, "MemoryIntents": s.MemoryIntents,
+		"E2EStep (ms)": int(s.E2EStep.Milliseconds()), "CommitLimitDuration (ms)": int(s.CommitLimitDuration.Milliseconds()),
 	} {
 		if v < 1 {
 			return fmt.Errorf("bench: Sizes.%s must be positive, got %d", name, v)
@@ -287,6 +328,10 @@ type runner struct {
 	cfg      Config
 	sizes    Sizes
 	template string // a migrated database each scenario clones
+	// sustainable is this module's sustainable end-to-end rate against a
+	// zero-latency provider, once measured; the latency rows run at half
+	// of it.
+	sustainable int
 }
 
 func (r *runner) progress(format string, args ...any) {
@@ -316,6 +361,9 @@ func (r *runner) buildTemplate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	_, err = migrations.New(pool, r.cfg.Logger).Up(ctx)
+	if err == nil {
+		_, err = pool.Exec(ctx, benchTablesSQL)
+	}
 	pool.Close()
 	if err != nil {
 		r.drop(ctx, name)
@@ -384,6 +432,11 @@ func (r *runner) machine(ctx context.Context) (Machine, error) {
 		return m, err
 	}
 	m.Postgres = "PostgreSQL " + version
+	if m.Settings, err = settings(ctx, pool); err != nil {
+		return m, err
+	}
+	r.progress("machine: %s; measuring a commit's latency", m.Settings)
+	m.Fsync = r.fsyncTime(ctx, pool, r.sizes.FsyncTool)
 	return m, nil
 }
 

@@ -381,7 +381,7 @@ func xactCommits(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 
 // e2ePeers are the systems compared end to end, this module first.
 func e2ePeers() []e2ePeer {
-	return []e2ePeer{outboxPeer(), riverPeer(), watermillPeer()}
+	return []e2ePeer{outboxPeer(), riverPeer(), watermillPeer(), dbosPeer()}
 }
 
 // e2eTarget is the share of the commit limit (÷ commitsPerIntent) this

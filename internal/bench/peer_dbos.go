@@ -30,6 +30,7 @@ const (
 
 func dbosPeer() e2ePeer {
 	return e2ePeer{
+		key:  "dbos",
 		name: "DBOS Transact",
 		setup: fmt.Sprintf("dbos-transact-golang %s: system database = the consumer's database (its own pool of workers+10 connections); "+
 			"Enqueue(..., WithEnqueueWorkflowID(message id), WithEnqueueTransaction(tx)) in the consumer's transaction; "+
@@ -53,6 +54,7 @@ func startDBOS(ctx context.Context, env *e2eEnv) (e2eSystem, error) {
 		return nil, err
 	}
 	pcfg.MaxConns = int32(min(env.workers+10, 60))
+	pcfg.ConnConfig.Tracer = env.tracer
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, err

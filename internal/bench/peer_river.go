@@ -50,6 +50,7 @@ func (w *naiveCallWorker) Work(ctx context.Context, job *river.Job[naiveCallArgs
 
 func riverPeer() e2ePeer {
 	return e2ePeer{
+		key:  "river",
 		name: "River alone",
 		setup: "River " + moduleVersion("github.com/riverqueue/river") + ": InsertTx in the consumer's transaction; a worker calls the double over HTTP and completes with JobCompleteTx; " +
 			"MaxWorkers = workers, FetchCooldown as the dispatcher's, FetchPollInterval = " + dispatcher.DefaultFetchPollInterval.String() + " (River's defaults otherwise)",

@@ -34,6 +34,7 @@ const watermillTopic = "bench_payments"
 
 func watermillPeer() e2ePeer {
 	return e2ePeer{
+		key:  "watermill",
 		name: "Watermill SQL",
 		setup: fmt.Sprintf("watermill-sql %s (watermill %s): Publisher over the consumer's pgx transaction, DefaultPostgreSQLSchema and DefaultPostgreSQLOffsetsAdapter, "+
 			"one Subscriber (consumer group) whose handler calls the double over HTTP and acks; defaults (SubscribeBatchSize 100, AckDeadline 30 s) except PollInterval %s (default 1 s); "+

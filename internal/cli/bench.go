@@ -52,6 +52,7 @@ makes the command exit 1.`, env)
 	registerDatabaseFlag(fs, env, &dbURL)
 	out := fs.String("out", "", "also write the table to this file")
 	only := fs.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(bench.Scenarios(), ", "))
+	peers := fs.String("peers", "", "comma-separated peers the e2e scenario compares with (default all): "+strings.Join(bench.Peers(), ", "))
 	smoke := fs.Bool("smoke", false, "run every scenario with tiny sizes, to check that it works")
 	quick := fs.Bool("quick", false, "run every scenario with smaller sizes, for development (noisier figures)")
 	strict := fs.Bool("strict", false, "exit 1 when a target is missed")
@@ -82,10 +83,24 @@ makes the command exit 1.`, env)
 			scenarios = append(scenarios, s)
 		}
 	}
+	var peerList []string
+	if *peers != "" {
+		for _, p := range strings.Split(*peers, ",") {
+			p = strings.TrimSpace(p)
+			known := false
+			for _, k := range bench.Peers() {
+				known = known || k == p
+			}
+			if !known {
+				return usageErrorf("--peers: unknown peer %q (want %s)", p, strings.Join(bench.Peers(), ", "))
+			}
+			peerList = append(peerList, p)
+		}
+	}
 	if *fetchCooldown < time.Millisecond {
 		return usageErrorf("--fetch-cooldown must be at least 1ms, got %s", *fetchCooldown)
 	}
-	cfg := bench.Config{ServerURL: dbURL, Only: scenarios, FetchCooldown: *fetchCooldown, Progress: env.Stderr, Logger: logger}
+	cfg := bench.Config{ServerURL: dbURL, Only: scenarios, Peers: peerList, FetchCooldown: *fetchCooldown, Progress: env.Stderr, Logger: logger}
 	if *smoke && *quick {
 		return usageErrorf("--smoke and --quick exclude each other")
 	}

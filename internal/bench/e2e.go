@@ -35,6 +35,9 @@ import (
 // e2eLatencyLimit is the commit → call p99 a step must stay under.
 const e2eLatencyLimit = 50 * time.Millisecond
 
+// e2eTries is how many times in a row a rate must fail to end the climb.
+const e2eTries = 3
+
 // e2eConsumerConns is the consumers' pool: as many connections as the
 // commit-limit baseline has clients.
 const e2eConsumerConns = 8
@@ -296,8 +299,8 @@ func (r *runner) climb(ctx context.Context, peer e2ePeer, delay time.Duration, r
 	r.progress("  warm-up: %s", warm)
 climb:
 	for _, rate := range rates {
-		// On a shared machine one step can fail on a neighbour's burst: a
-		// rate fails when it fails twice in a row.
+		// On a shared machine a step can fail on a neighbour's burst: a
+		// rate fails when it fails e2eTries times in a row.
 		for try := 1; ; try++ {
 			step, n, err := r.step(ctx, sys, dbl, rate, &seq)
 			if err != nil {
@@ -309,7 +312,7 @@ climb:
 				res.sustainable = step
 				break
 			}
-			if try == 2 {
+			if try == e2eTries {
 				res.failed = step
 				break climb
 			}
@@ -505,7 +508,7 @@ func ladderNote(l ladderResult) string {
 		b.WriteString(" No step failed: the ladder's top is a floor.")
 	}
 	if l.commits > 0 {
-		fmt.Fprintf(&b, " Per message: %.1f commits (pg_stat_database), %.1f round trips from the consumer and %.1f from the workers (pgx tracer; idle polling included).",
+		fmt.Fprintf(&b, " Per message: %.1f transactions (pg_stat_database xact_commit, read-only ones included), %.1f round trips from the consumer and %.1f from the workers (pgx tracer; idle polling included).",
 			l.commits, l.consumerTrips, l.workerTrips)
 	}
 	return b.String()

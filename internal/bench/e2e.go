@@ -200,6 +200,7 @@ type stepResult struct {
 	backlog   int // committed but not yet called when the last commit returned
 	maxBacklg int // the bound backlog had to stay within
 	missing   int // never called within the grace period
+	cpu       cpuUse
 	pass      bool
 }
 
@@ -208,8 +209,8 @@ func (s stepResult) String() string {
 	if !s.pass {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("%d/s offered, %.0f/s committed, p50 %.1f ms, p99 %.1f ms, backlog %d (bound %d), never called %d: %s",
-		s.rate, s.achieved, ms(s.p50), ms(s.p99), s.backlog, s.maxBacklg, s.missing, verdict)
+	return fmt.Sprintf("%d/s offered, %.0f/s committed, p50 %.1f ms, p99 %.1f ms, backlog %d (bound %d), never called %d; %s: %s",
+		s.rate, s.achieved, ms(s.p50), ms(s.p99), s.backlog, s.maxBacklg, s.missing, s.cpu, verdict)
 }
 
 // ladderResult is a system's climb.
@@ -297,25 +298,53 @@ func (r *runner) climb(ctx context.Context, peer e2ePeer, delay time.Duration, r
 		return res, fmt.Errorf("%s warming up: %w", peer.name, err)
 	}
 	r.progress("  warm-up: %s", warm)
-climb:
-	for _, rate := range rates {
-		// On a shared machine a step can fail on a neighbour's burst: a
-		// rate fails when it fails e2eTries times in a row.
-		for try := 1; ; try++ {
-			step, n, err := r.step(ctx, sys, dbl, rate, &seq)
+	// try offers rate up to e2eTries times: on a shared machine a step can
+	// fail on a neighbour's burst, so a rate fails when it fails every
+	// time.
+	try := func(rate int) (stepResult, error) {
+		var step stepResult
+		for range e2eTries {
+			var n int
+			var err error
+			step, n, err = r.step(ctx, sys, dbl, rate, &seq)
 			if err != nil {
-				return res, fmt.Errorf("%s at %d/s: %w", peer.name, rate, err)
+				return step, fmt.Errorf("%s at %d/s: %w", peer.name, rate, err)
 			}
 			messages += n
 			r.progress("  %s", step)
 			if step.pass {
-				res.sustainable = step
 				break
 			}
-			if try == e2eTries {
-				res.failed = step
-				break climb
-			}
+		}
+		return step, nil
+	}
+	for _, rate := range rates {
+		step, err := try(rate)
+		if err != nil {
+			return res, err
+		}
+		if !step.pass {
+			res.failed = step
+			break
+		}
+		res.sustainable = step
+	}
+	// The ladder is coarse: halve the gap between the last rate that
+	// held and the first that failed, twice.
+	for range 2 {
+		lo, hi := res.sustainable.rate, res.failed.rate
+		if hi == 0 || hi-lo < max(lo/10, 5) {
+			break
+		}
+		mid := (lo + hi) / 2
+		step, err := try(mid)
+		if err != nil {
+			return res, err
+		}
+		if step.pass {
+			res.sustainable = step
+		} else {
+			res.failed = step
 		}
 	}
 	if dup := dbl.duplicates(); dup != 0 {
@@ -339,11 +368,14 @@ climb:
 // step offers rate messages per second for Sizes.E2EStep, then waits for
 // the calls, and judges the step.
 func (r *runner) step(ctx context.Context, sys e2eSystem, dbl *doubles, rate int, seq *atomic.Int64) (stepResult, int, error) {
-	// At least E2EMinMessages, so that a p99 is not just the worst call.
-	total := max(int(float64(rate)*r.sizes.E2EStep.Seconds()), r.sizes.E2EMinMessages)
+	// At least E2EMinMessages, so that a p99 is not just the worst call,
+	// unless that takes more than three steps' time.
+	total := int(float64(rate) * r.sizes.E2EStep.Seconds())
+	total = max(total, min(r.sizes.E2EMinMessages, 3*total), 20)
 	res := stepResult{rate: rate, maxBacklg: max(5, int(math.Ceil(float64(rate)*e2eLatencyLimit.Seconds())))}
 	committed := make([]time.Time, total)
 	keys := make([]int64, total)
+	cpuStart := takeCPUSnapshot()
 	start := time.Now()
 	err := paced(ctx, rate, total, func(ctx context.Context, i int) error {
 		key, err := sys.consume(ctx, seq.Add(1))
@@ -357,6 +389,7 @@ func (r *runner) step(ctx context.Context, sys e2eSystem, dbl *doubles, rate int
 		return res, total, err
 	}
 	end := time.Now()
+	res.cpu = takeCPUSnapshot().since(cpuStart)
 	res.achieved = float64(total) / end.Sub(start).Seconds()
 	// Whatever was committed is called within the grace period, or counts
 	// as never called.
@@ -487,7 +520,7 @@ func (r *runner) e2eRows(ctx context.Context) ([]Row, error) {
 func ladderNote(l ladderResult) string {
 	var b strings.Builder
 	if l.sustainable.rate > 0 {
-		fmt.Fprintf(&b, "At %d/s: p50 %.1f ms, p99 %.1f ms, backlog %d.", l.sustainable.rate, ms(l.sustainable.p50), ms(l.sustainable.p99), l.sustainable.backlog)
+		fmt.Fprintf(&b, "At %d/s: p50 %.1f ms, p99 %.1f ms, backlog %d; %s.", l.sustainable.rate, ms(l.sustainable.p50), ms(l.sustainable.p99), l.sustainable.backlog, l.sustainable.cpu)
 	} else {
 		b.WriteString("Even the lowest step failed.")
 	}
@@ -503,7 +536,7 @@ func ladderNote(l ladderResult) string {
 		if f.backlog > f.maxBacklg || f.missing > 0 {
 			why = append(why, fmt.Sprintf("backlog %d > %d (%d never called)", f.backlog, f.maxBacklg, f.missing))
 		}
-		fmt.Fprintf(&b, " Failed at %d/s: %s.", f.rate, strings.Join(why, ", "))
+		fmt.Fprintf(&b, " Failed at %d/s: %s; %s.", f.rate, strings.Join(why, ", "), f.cpu)
 	} else {
 		b.WriteString(" No step failed: the ladder's top is a floor.")
 	}

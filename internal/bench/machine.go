@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,4 +167,85 @@ func findPgTestFsync() string {
 		return matches[len(matches)-1]
 	}
 	return ""
+}
+
+// cpuSnapshot is the CPU time spent so far, in clock ticks: by the whole
+// machine (busy and total), and by the processes named postgres (the
+// server, when it runs on this machine); and this process's own.
+type cpuSnapshot struct {
+	busy, total uint64
+	postgres    map[string]uint64 // by pid
+	self        time.Duration
+	at          time.Time
+}
+
+func takeCPUSnapshot() cpuSnapshot {
+	s := cpuSnapshot{self: processCPU(), at: time.Now(), postgres: map[string]uint64{}}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		if len(f) > 5 && f[0] == "cpu" {
+			for i, v := range f[1:] {
+				n, _ := strconv.ParseUint(v, 10, 64)
+				s.total += n
+				if i != 3 && i != 4 { // idle, iowait
+					s.busy += n
+				}
+			}
+		}
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime stime are fields 14 and 15.
+		open, close := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || close < open || string(b[open+1:close]) != "postgres" {
+			continue
+		}
+		f := strings.Fields(string(b[close+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseUint(f[11], 10, 64)
+			st, _ := strconv.ParseUint(f[12], 10, 64)
+			s.postgres[e.Name()] = u + st
+		}
+	}
+	return s
+}
+
+// cpuUse is how busy the machine was between two snapshots, as shares of
+// all its CPUs.
+type cpuUse struct {
+	machine, postgres, self float64
+}
+
+func (s cpuSnapshot) since(start cpuSnapshot) cpuUse {
+	var u cpuUse
+	if total := float64(s.total - start.total); total > 0 {
+		u.machine = float64(s.busy-start.busy) / total
+		// A backend that started meanwhile counts whole; one that ended
+		// meanwhile is lost.
+		var pg uint64
+		for pid, ticks := range s.postgres {
+			pg += ticks - min(start.postgres[pid], ticks)
+		}
+		u.postgres = float64(pg) / total
+	}
+	if wall := s.at.Sub(start.at); wall > 0 {
+		u.self = float64(s.self-start.self) / float64(wall) / float64(runtime.NumCPU())
+	}
+	return u
+}
+
+func (u cpuUse) String() string {
+	if u.machine == 0 {
+		return "CPU use unknown"
+	}
+	return fmt.Sprintf("CPU %.0f%% busy: Postgres %.0f%%, this process %.0f%%, others %.0f%%",
+		100*u.machine, 100*u.postgres, 100*u.self, 100*max(u.machine-u.postgres-u.self, 0))
 }

@@ -35,6 +35,22 @@ import (
 // e2eLatencyLimit is the commit → call p99 a step must stay under.
 const e2eLatencyLimit = 50 * time.Millisecond
 
+// e2eDrainLimit bounds the wait for a failed step's calls before the next
+// step.
+const e2eDrainLimit = time.Minute
+
+// drain waits until every key has been called, up to e2eDrainLimit.
+func drain(ctx context.Context, dbl *doubles, keys []int64) error {
+	ctx, cancel := context.WithTimeout(ctx, e2eDrainLimit)
+	defer cancel()
+	for _, k := range keys {
+		if err := dbl.arrivals.waitFor(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // e2eTries is how many times in a row a rate must fail to end the climb.
 const e2eTries = 3
 
@@ -202,6 +218,7 @@ type stepResult struct {
 	missing   int // never called within the grace period
 	cpu       cpuUse
 	pass      bool
+	pending   []int64 // the keys never called, for the next step to wait for
 }
 
 func (s stepResult) String() string {
@@ -301,12 +318,24 @@ func (r *runner) climb(ctx context.Context, peer e2ePeer, delay time.Duration, r
 	// try offers rate up to e2eTries times: on a shared machine a step can
 	// fail on a neighbour's burst, so a rate fails when it fails every
 	// time.
+	var pending []int64
+	var last stepResult
+	stuck := false
 	try := func(rate int) (stepResult, error) {
 		var step stepResult
 		for range e2eTries {
+			// A failed step may leave calls behind: the next starts once
+			// they are made, so that it does not inherit the backlog. A
+			// system that cannot make them ends its climb there.
+			if err := drain(ctx, dbl, pending); err != nil {
+				r.progress("  the calls of the last step were not all made within %s: the climb ends", e2eDrainLimit)
+				stuck = true
+				return last, nil
+			}
 			var n int
 			var err error
 			step, n, err = r.step(ctx, sys, dbl, rate, &seq)
+			pending, last = step.pending, step
 			if err != nil {
 				return step, fmt.Errorf("%s at %d/s: %w", peer.name, rate, err)
 			}
@@ -333,7 +362,7 @@ func (r *runner) climb(ctx context.Context, peer e2ePeer, delay time.Duration, r
 	// held and the first that failed, twice.
 	for range 2 {
 		lo, hi := res.sustainable.rate, res.failed.rate
-		if hi == 0 || hi-lo < max(lo/10, 5) {
+		if stuck || hi == 0 || hi-lo < max(lo/10, 5) {
 			break
 		}
 		mid := (lo + hi) / 2
@@ -405,6 +434,7 @@ func (r *runner) step(ctx context.Context, sys e2eSystem, dbl *doubles, rate int
 	for i, k := range keys {
 		at, ok := dbl.arrivals.get(k)
 		if !ok {
+			res.pending = append(res.pending, k)
 			res.missing++
 			res.backlog++
 			if i >= total/10 {

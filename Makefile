@@ -42,7 +42,7 @@ test/race: test ## alias of test: the suite always runs with -race
 test/short: db-check $(TOOLS)/stripe-mock ## every test, without the race detector (faster)
 	$(GO) test -count=1 -timeout 10m ./...
 
-BENCH_OUT ?= bench-results.md
+BENCH_OUT ?= docs/benchmarks.md
 
 .PHONY: bench
 bench: build db-check ## throughput, latency and memory, each against a baseline from the same run: one table, also written to $(BENCH_OUT)

@@ -14,7 +14,28 @@
 //     transaction. Targets: 85% of the baseline at 1 consumer, 80% at 8 and 32.
 //   - batch: messages per second through ConsumeBatch at batches of 100,
 //     against hand-written pgx writing the same rows per batch. Target:
-//     10,000 messages/s.
+//     85% of the baseline.
+//   - e2e, the headline: the sustainable end-to-end rate. Consumers
+//     (Consume: processed marker, one business row, one Stripe payment
+//     intent) and dispatchers (Sizes.Workers) run at once on one database;
+//     paced producers offer a rate (open loop) that steps up through shares
+//     of the bound, and the figure is the highest step at which commit →
+//     call p99 stays within 50 ms, the consumers commit at the offered
+//     rate, and no backlog builds (committed but uncalled at the step's end
+//     within what 50 ms at that rate would hold). A rate fails only when
+//     it fails three times in a row (the machine may be shared). Baseline:
+//     the commit limit, pgbench's single-row INSERT commits at 8 clients
+//     (a Go loop of the same when pgbench is absent), divided by the 3
+//     commits an intent needs (record, claim, settle). Target: 70% of it. Against a 50 ms provider
+//     the bound is the lower of that and Sizes.Workers / 50 ms. The peers
+//     run the same workload in the same run, each in a file of its own
+//     behind e2eSystem: River alone (InsertTx in the consumer's
+//     transaction, a worker calling the double over HTTP and completing
+//     with JobCompleteTx: the naive outbox), Watermill's SQL outbox
+//     (peer_watermill.go) and DBOS Transact (peer_dbos.go). Their rows'
+//     baseline is this module's figure, and the target is that this module
+//     is ahead. The notes give each row's p50/p99, what failed next, and
+//     the commits and round trips a message took.
 //   - dispatch: intents per second performed against zero-latency doubles,
 //     keyed (Stripe) and unkeyed (SendGrid), at Sizes.Workers, against
 //     hand-written pgx running only the outcome transaction (lock the
@@ -22,13 +43,21 @@
 //     River working no-op jobs. Targets: 45% (keyed) and 25% (unkeyed) of
 //     the outcome-transaction baseline.
 //   - latency: from a consumer's commit to the provider receiving the call,
-//     at 500 intents/s, against River's own insert-to-work latency for no-op
+//     at half the sustainable rate measured in the same run (so that the
+//     rows mean the same on any machine) and at Sizes.LatencyRate (500/s)
+//     for context, against River's own insert-to-work latency for no-op
 //     jobs at the same rate and settings. Targets: p50 10 ms, p99 50 ms.
 //   - slow provider: intents per second against a provider answering in
 //     50 ms at 100 workers, against River jobs sleeping 50 ms at the same
 //     concurrency. Target: 80% of the concurrency bound, 100/0.05 s = 2000/s.
 //   - memory: peak resident memory (VmHWM) of a real `outboxd run` process
 //     while it dispatches, against the same process idle. Target: 80 MiB.
+//
+// The machine line gives the CPU, the Postgres version, the settings that
+// bound commits (shared_buffers, synchronous_commit, fsync,
+// wal_sync_method, ...) and a commit time: a single-row commit's mean
+// latency on one connection and, in full runs when it is installed,
+// pg_test_fsync's figure for the server's wal_sync_method.
 package bench
 
 import (
@@ -44,6 +73,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/dispatcher"
@@ -77,10 +107,18 @@ type Sizes struct {
 	// MemoryIntents is how many intents the memory row's outboxd run
 	// performs.
 	MemoryIntents int
+	// E2EStep is how long each step of the end-to-end ladder offers its
+	// rate; CommitLimitDuration how long the commit-limit baseline runs.
+	E2EStep             time.Duration
+	CommitLimitDuration time.Duration
+	// E2EMinMessages is the fewest messages a step offers, however low
+	// its rate, so that its p99 is not merely its worst call.
+	E2EMinMessages int
+	// FsyncTool runs pg_test_fsync, when installed, for the machine line.
+	FsyncTool bool
 }
 
-// FullSizes is what `make bench` runs: about a minute and a half on two
-// cores.
+// FullSizes is what `make bench` runs: about ten minutes on two cores.
 func FullSizes() Sizes {
 	return Sizes{
 		ConsumeMessages: 8000,
@@ -94,6 +132,34 @@ func FullSizes() Sizes {
 		SlowWorkers:     100,
 		SlowDelay:       50 * time.Millisecond,
 		MemoryIntents:   6000,
+
+		E2EStep:             4 * time.Second,
+		CommitLimitDuration: 5 * time.Second,
+		E2EMinMessages:      300,
+		FsyncTool:           true,
+	}
+}
+
+// QuickSizes is for development on a shared machine: every scenario, small
+// enough to take a few minutes, large enough that the figures mean
+// something (noisier than FullSizes).
+func QuickSizes() Sizes {
+	return Sizes{
+		ConsumeMessages: 1500,
+		Batches:         60,
+		BatchSize:       100,
+		DispatchIntents: 1500,
+		Workers:         50,
+		LatencyRate:     500,
+		LatencyDuration: 2 * time.Second,
+		SlowIntents:     1500,
+		SlowWorkers:     100,
+		SlowDelay:       50 * time.Millisecond,
+		MemoryIntents:   1500,
+
+		E2EStep:             1500 * time.Millisecond,
+		CommitLimitDuration: 2 * time.Second,
+		E2EMinMessages:      150,
 	}
 }
 
@@ -112,6 +178,10 @@ func SmokeSizes() Sizes {
 		SlowWorkers:     10,
 		SlowDelay:       10 * time.Millisecond,
 		MemoryIntents:   40,
+
+		E2EStep:             300 * time.Millisecond,
+		CommitLimitDuration: time.Second,
+		E2EMinMessages:      20,
 	}
 }
 
@@ -123,8 +193,11 @@ type Config struct {
 	// Sizes says how much work to do. Defaults to FullSizes().
 	Sizes *Sizes
 	// Only, when not empty, runs only the scenarios named (consume, batch,
-	// dispatch, latency, slow, memory).
+	// e2e, dispatch, latency, slow, memory).
 	Only []string
+	// Peers, when not empty, limits the e2e scenario's peers to those
+	// named (see Peers); this module always runs.
+	Peers []string
 	// FetchCooldown is the dispatchers' and River baselines'
 	// FetchCooldown. Defaults to dispatcher.DefaultFetchCooldown.
 	FetchCooldown time.Duration
@@ -139,7 +212,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "dispatch", "latency", "slow", "memory"}
+	return []string{"consume", "batch", "e2e", "dispatch", "latency", "slow", "memory"}
 }
 
 // Row is one line of the table.
@@ -169,6 +242,10 @@ type Machine struct {
 	Postgres string `json:"postgres"`
 	Go       string `json:"go"`
 	OS       string `json:"os"`
+	// Settings are the server settings that bound commits.
+	Settings string `json:"settings,omitempty"`
+	// Fsync says how long a durable commit takes on this machine.
+	Fsync string `json:"fsync,omitempty"`
 }
 
 // Report is the result of Run.
@@ -207,6 +284,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("bench: unknown scenario %q (want one of %s)", name, strings.Join(Scenarios(), ", "))
 		}
 	}
+	for _, name := range cfg.Peers {
+		if !contains(Peers(), name) {
+			return nil, fmt.Errorf("bench: unknown peer %q (want one of %s)", name, strings.Join(Peers(), ", "))
+		}
+	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
@@ -238,6 +320,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}{
 		{"consume", r.consumeRows},
 		{"batch", r.batchRows},
+		{"e2e", r.e2eRows},
 		{"dispatch", r.dispatchRows},
 		{"latency", r.latencyRows},
 		{"slow", r.slowRows},
@@ -262,6 +345,7 @@ func (s Sizes) validate() error {
 		"ConsumeMessages": s.ConsumeMessages, "Batches": s.Batches, "BatchSize": s.BatchSize,
 		"DispatchIntents": s.DispatchIntents, "Workers": s.Workers, "LatencyRate": s.LatencyRate,
 		"SlowIntents": s.SlowIntents, "SlowWorkers": s.SlowWorkers, "MemoryIntents": s.MemoryIntents,
+		"E2EStep (ms)": int(s.E2EStep.Milliseconds()), "E2EMinMessages": s.E2EMinMessages, "CommitLimitDuration (ms)": int(s.CommitLimitDuration.Milliseconds()),
 	} {
 		if v < 1 {
 			return fmt.Errorf("bench: Sizes.%s must be positive, got %d", name, v)
@@ -287,6 +371,10 @@ type runner struct {
 	cfg      Config
 	sizes    Sizes
 	template string // a migrated database each scenario clones
+	// sustainable is this module's sustainable end-to-end rate against a
+	// zero-latency provider, once measured; the latency rows run at half
+	// of it.
+	sustainable int
 }
 
 func (r *runner) progress(format string, args ...any) {
@@ -316,6 +404,9 @@ func (r *runner) buildTemplate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	_, err = migrations.New(pool, r.cfg.Logger).Up(ctx)
+	if err == nil {
+		_, err = pool.Exec(ctx, benchTablesSQL)
+	}
 	pool.Close()
 	if err != nil {
 		r.drop(ctx, name)
@@ -340,6 +431,12 @@ type database struct {
 // newDatabase clones the template into a fresh database with a pool of
 // maxConns connections. close drops it.
 func (r *runner) newDatabase(ctx context.Context, what string, maxConns int) (*database, error) {
+	return r.newTracedDatabase(ctx, what, maxConns, nil)
+}
+
+// newTracedDatabase is newDatabase with a tracer on the pool's
+// connections, when not nil.
+func (r *runner) newTracedDatabase(ctx context.Context, what string, maxConns int, tracer pgx.QueryTracer) (*database, error) {
 	name := scratchName(what)
 	if err := pgadmin.CreateDatabase(ctx, r.cfg.ServerURL, name, r.template); err != nil {
 		return nil, err
@@ -355,6 +452,9 @@ func (r *runner) newDatabase(ctx context.Context, what string, maxConns int) (*d
 		return nil, err
 	}
 	pcfg.MaxConns = int32(maxConns)
+	if tracer != nil {
+		pcfg.ConnConfig.Tracer = tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		r.drop(ctx, name)
@@ -384,6 +484,11 @@ func (r *runner) machine(ctx context.Context) (Machine, error) {
 		return m, err
 	}
 	m.Postgres = "PostgreSQL " + version
+	if m.Settings, err = settings(ctx, pool); err != nil {
+		return m, err
+	}
+	r.progress("machine: %s; measuring a commit's latency", m.Settings)
+	m.Fsync = r.fsyncTime(ctx, pool, r.sizes.FsyncTool)
 	return m, nil
 }
 

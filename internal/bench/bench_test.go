@@ -26,8 +26,10 @@ func TestSmokeRunMeasuresEveryRow(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, progress.String())
 	}
-	if len(report.Rows) != 9 {
-		t.Fatalf("%d rows, want 9 (3 consume, batch, 2 dispatch, 2 latency, slow)", len(report.Rows))
+	// Latency has two rows at half the sustainable rate (which it measures
+	// first, e2e not running) and two at the fixed rate.
+	if len(report.Rows) != 11 {
+		t.Fatalf("%d rows, want 11 (3 consume, batch, 2 dispatch, 4 latency, slow)", len(report.Rows))
 	}
 	for _, row := range report.Rows {
 		if row.Figure <= 0 || row.BaselineFigure <= 0 || row.Ratio <= 0 || row.Target == "" || row.Unit == "" {
@@ -101,5 +103,40 @@ func TestReadStatusOfThisProcess(t *testing.T) {
 	}
 	if st["VmHWM"] <= 0 || st["VmRSS"] <= 0 || st["VmRSS"] > st["VmHWM"] {
 		t.Fatalf("VmHWM %d, VmRSS %d", st["VmHWM"], st["VmRSS"])
+	}
+}
+
+// The e2e scenario climbs for this module and every peer, at both provider
+// latencies, and each row says what it was measured against.
+func TestSmokeE2ECoversEveryPeer(t *testing.T) {
+	t.Parallel()
+	sizes := bench.SmokeSizes()
+	var progress bytes.Buffer
+	report, err := bench.Run(context.Background(), bench.Config{
+		ServerURL: pgtest.ServerURL(),
+		Sizes:     &sizes,
+		Only:      []string{"e2e"},
+		Progress:  &progress,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	want := 2 * (1 + len(bench.Peers()))
+	if len(report.Rows) != want {
+		t.Fatalf("%d rows, want %d:\n%+v\n%s", len(report.Rows), want, report.Rows, progress.String())
+	}
+	for _, row := range report.Rows {
+		if row.BaselineFigure <= 0 && strings.Contains(row.Measure, "this module") || row.Target == "" || row.Note == "" {
+			t.Errorf("row %+v lacks a baseline, a target or a note", row)
+		}
+	}
+	for _, want := range []string{"River alone", "Watermill SQL", "DBOS Transact", "zero-latency provider", "10ms provider"} {
+		found := false
+		for _, row := range report.Rows {
+			found = found || strings.Contains(row.Measure, want)
+		}
+		if !found {
+			t.Errorf("no row mentions %q", want)
+		}
 	}
 }

@@ -151,6 +151,24 @@ func (a *arrivals) wait(ctx context.Context, n int) error {
 	}
 }
 
+// waitFor waits until the call for id has arrived, or ctx ends.
+func (a *arrivals) waitFor(ctx context.Context, id int64) error {
+	for {
+		a.mu.Lock()
+		_, ok := a.at[id]
+		added := a.added
+		a.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-added:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 func (a *arrivals) get(id int64) (time.Time, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -14,6 +14,12 @@ func (r *Report) WriteTable(w io.Writer, command string) error {
 	var b strings.Builder
 	m := r.Machine
 	fmt.Fprintf(&b, "Machine: %d CPUs, %s; %s; %s %s\n", m.CPUs, m.CPUModel, m.Postgres, m.Go, m.OS)
+	if m.Settings != "" {
+		fmt.Fprintf(&b, "Server settings: %s\n", m.Settings)
+	}
+	if m.Fsync != "" {
+		fmt.Fprintf(&b, "Commit time: %s\n", m.Fsync)
+	}
 	if command != "" {
 		fmt.Fprintf(&b, "Command: %s\n", command)
 	}

@@ -24,26 +24,37 @@ written to --out):
 
   consume    messages/s through Consume at 1, 8 and 32 consumers, against
              hand-written pgx writing the same rows in one transaction
-  batch      messages/s through ConsumeBatch at batches of 100
+  batch      messages/s through ConsumeBatch at batches of 100, against
+             hand-written pgx writing the same rows per batch
+  e2e        the sustainable end-to-end rate: consumers recording and
+             dispatchers calling a zero-latency (then a 50 ms) provider at
+             once, the offered rate stepped up until commit → call p99
+             exceeds 50 ms or a backlog builds; against the commit limit
+             (pgbench, 8 clients, ÷ 3 commits an intent), River alone,
+             Watermill's SQL outbox and DBOS Transact, same workload
   dispatch   intents/s performed against zero-latency Stripe (keyed) and
              SendGrid (unkeyed) doubles, against hand-written pgx running
              only the outcome transaction, and River working no-op jobs
-  latency    consumer commit to provider call at 500 intents/s (p50, p99),
-             against River's own insert-to-work latency
+  latency    consumer commit to provider call (p50, p99) at half the
+             sustainable rate (measured first if e2e did not run) and at
+             500 intents/s, against River's own insert-to-work latency
   slow       intents/s against a provider answering in 50 ms at 100 workers
   memory     peak resident memory of a real 'outboxd run' process while it
              dispatches (it runs this executable as 'outboxd run')
 
 Every scenario works in a scratch database of its own on the server at
---database-url, dropped afterwards. The full run takes about two minutes on
-two cores; --smoke runs every scenario briefly (the figures then mean
-nothing). A missed target is reported in the table; with --strict it also
+--database-url, dropped afterwards. The full run takes about ten minutes on
+two cores; --quick runs every scenario with smaller sizes (a few minutes,
+noisier figures); --smoke runs every scenario briefly (the figures then
+mean nothing). A missed target is reported in the table; with --strict it also
 makes the command exit 1.`, env)
 	var dbURL string
 	registerDatabaseFlag(fs, env, &dbURL)
 	out := fs.String("out", "", "also write the table to this file")
 	only := fs.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(bench.Scenarios(), ", "))
+	peers := fs.String("peers", "", "comma-separated peers the e2e scenario compares with (default all): "+strings.Join(bench.Peers(), ", "))
 	smoke := fs.Bool("smoke", false, "run every scenario with tiny sizes, to check that it works")
+	quick := fs.Bool("quick", false, "run every scenario with smaller sizes, for development (noisier figures)")
 	strict := fs.Bool("strict", false, "exit 1 when a target is missed")
 	fetchCooldown := fs.Duration("fetch-cooldown", dispatcher.DefaultFetchCooldown, "FetchCooldown of the dispatchers and of the River baselines (see 'outboxd run --help')")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of the table")
@@ -72,12 +83,33 @@ makes the command exit 1.`, env)
 			scenarios = append(scenarios, s)
 		}
 	}
+	var peerList []string
+	if *peers != "" {
+		for _, p := range strings.Split(*peers, ",") {
+			p = strings.TrimSpace(p)
+			known := false
+			for _, k := range bench.Peers() {
+				known = known || k == p
+			}
+			if !known {
+				return usageErrorf("--peers: unknown peer %q (want %s)", p, strings.Join(bench.Peers(), ", "))
+			}
+			peerList = append(peerList, p)
+		}
+	}
 	if *fetchCooldown < time.Millisecond {
 		return usageErrorf("--fetch-cooldown must be at least 1ms, got %s", *fetchCooldown)
 	}
-	cfg := bench.Config{ServerURL: dbURL, Only: scenarios, FetchCooldown: *fetchCooldown, Progress: env.Stderr, Logger: logger}
+	cfg := bench.Config{ServerURL: dbURL, Only: scenarios, Peers: peerList, FetchCooldown: *fetchCooldown, Progress: env.Stderr, Logger: logger}
+	if *smoke && *quick {
+		return usageErrorf("--smoke and --quick exclude each other")
+	}
 	if *smoke {
 		sizes := bench.SmokeSizes()
+		cfg.Sizes = &sizes
+	}
+	if *quick {
+		sizes := bench.QuickSizes()
 		cfg.Sizes = &sizes
 	}
 	// The memory scenario runs this very executable as 'outboxd run'.

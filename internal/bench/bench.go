@@ -26,7 +26,7 @@
 //     it fails three times in a row (the machine may be shared). Baseline:
 //     the commit limit, pgbench's single-row INSERT commits at 8 clients
 //     (a Go loop of the same when pgbench is absent), divided by the 3
-//     commits an intent needs (record, claim, settle). Target: 70% of it. Against a 50 ms provider
+//     commits an intent needs (record, claim, settle). Target: 40% of it (the issue's). Against a 50 ms provider
 //     the bound is the lower of that and Sizes.Workers / 50 ms. The peers
 //     run the same workload in the same run, each in a file of its own
 //     behind e2eSystem: River alone (InsertTx in the consumer's

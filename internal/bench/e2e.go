@@ -477,7 +477,7 @@ func Peers() []string {
 
 // e2eTarget is the share of the commit limit (÷ commitsPerIntent) this
 // module must sustain end to end.
-const e2eTarget = 0.70
+const e2eTarget = 0.40
 
 // e2eRows measures the commit limit, then every system's sustainable rate
 // against a zero-latency provider and against a SlowDelay provider.

@@ -2,12 +2,14 @@ package adminhttp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,6 +47,9 @@ type actionRequest struct {
 func (s *Server) apiList(w http.ResponseWriter, r *http.Request) error {
 	f, err := parseFilter(r.URL.Query(), s.cfg.Now())
 	if err != nil {
+		return err
+	}
+	if err := s.checkKnownChoices(r.Context(), f); err != nil {
 		return err
 	}
 	page, err := s.cfg.Audit.List(r.Context(), f)
@@ -283,3 +288,26 @@ var filterParamOf = map[string]string{
 type slogPrinter struct{ l *slog.Logger }
 
 func (p slogPrinter) Println(v ...any) { p.l.Error("metrics: " + fmt.Sprint(v...)) }
+
+// checkKnownChoices refuses a kind or provider filter that names none the
+// dashboard offers, as the dashboard does: a typo would silently match
+// nothing. The counts that list the kinds of old intents no provider
+// declares any more are read only when a filter names an unregistered
+// kind.
+func (s *Server) checkKnownChoices(ctx context.Context, f audit.Filter) error {
+	registered := s.cfg.Audit.Kinds()
+	var stats audit.Stats
+	for _, k := range f.Kinds {
+		if !slices.Contains(registered, k) {
+			var err error
+			if stats, err = s.cfg.Audit.Stats(ctx); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	if err := checkChoices("kind", f.Kinds, kindChoices(registered, stats, f.Kinds)); err != nil {
+		return err
+	}
+	return checkChoices("provider", f.Providers, providerChoices(s.cfg.Audit.Providers(), f.Providers))
+}

@@ -228,6 +228,8 @@ func TestAPIRefusesBadInputAndChangesNothing(t *testing.T) {
 	}{
 		{"unknown filter", req{path: "/api/v1/intents?colour=red"}, 400, "colour"},
 		{"unknown state", req{path: "/api/v1/intents?state=lost"}, 400, `"lost"`},
+		{"unknown kind", req{path: "/api/v1/intents?kind=sendgrid.mail"}, 400, `unknown kind "sendgrid.mail"`},
+		{"unknown provider", req{path: "/api/v1/intents?provider=sendgird"}, 400, `unknown provider "sendgird"`},
 		{"limit over max", req{path: fmt.Sprintf("/api/v1/intents?limit=%d", audit.MaxPageSize+1)}, 400, "limit"},
 		{"limit not a number", req{path: "/api/v1/intents?limit=ten"}, 400, "limit"},
 		{"limit zero", req{path: "/api/v1/intents?limit=0"}, 400, "limit"},

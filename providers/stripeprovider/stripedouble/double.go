@@ -1266,7 +1266,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	now := s.now()
 	var hits []map[string]any
-	for _, pi := range s.newestFirst() { // as Stripe orders search results
+	for _, pi := range newestFirst(s.pis) { // as Stripe orders search results
 		if now.Before(pi.SearchableAt) {
 			continue // not indexed yet: search is eventually consistent
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -225,130 +226,16 @@ func (pi *PaymentIntent) received() int64 {
 // to 100 (10 by default), paginated by starting_after or ending_before,
 // newest first. Unknown parameters are a 400.
 func (s *Server) handleRefundList(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	s.mu.Lock()
-	s.lists++
-	s.mu.Unlock()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
-		return
-	}
-	q := r.URL.Query()
-	bad := func(param, code, msg string) {
-		s.writeError(w, r, reqID, http.StatusBadRequest, *invalid(param, code, msg))
-	}
-	created := createdFilter{ops: map[string]int64{}}
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch {
-		case k == "payment_intent" || k == "charge" || k == "limit" || k == "starting_after" || k == "ending_before" || k == "expand[]" || expandParamRE.MatchString(k):
-		case createdParamRE.MatchString(k):
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				bad(k, "parameter_invalid_integer", "Invalid integer: "+v)
-				return
-			}
-			created.ops[createdParamRE.FindStringSubmatch(k)[1]] = n
-		default:
-			bad(k, "parameter_unknown", "Received unknown parameter: "+k)
-			return
+	s.serveList(w, r, "/v1/refunds", []string{"payment_intent", "charge"}, func(q url.Values, lp listParams) ([]map[string]any, bool, *apiError) {
+		piID, byPI := q.Get("payment_intent"), q.Has("payment_intent")
+		charge, byCharge := q.Get("charge"), q.Has("charge")
+		if _, ok := s.byID[piID]; byPI && !ok {
+			return nil, false, invalid("payment_intent", "resource_missing", "No such payment_intent: '"+piID+"'")
 		}
-	}
-	limit := 10
-	if l, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(l[len(l)-1])
-		switch {
-		case err != nil:
-			bad("limit", "parameter_invalid_integer", "Invalid integer: "+l[len(l)-1])
-			return
-		case n < 1:
-			bad("limit", "", "This value must be greater than or equal to 1.")
-			return
-		case n > 100:
-			bad("limit", "", "This value must be less than or equal to 100.")
-			return
-		}
-		limit = n
-	}
-	after, before := q.Get("starting_after"), q.Get("ending_before")
-	if after != "" && before != "" {
-		bad("starting_after", "", "You may only specify one of these parameters: starting_after, ending_before.")
-		return
-	}
-	piID, byPI := q.Get("payment_intent"), q.Has("payment_intent")
-	charge, byCharge := q.Get("charge"), q.Has("charge")
-
-	s.mu.Lock()
-	if byPI {
-		if _, ok := s.byID[piID]; !ok {
-			s.mu.Unlock()
-			bad("payment_intent", "resource_missing", "No such payment_intent: '"+piID+"'")
-			return
-		}
-	}
-	ordered := make([]*Refund, 0, len(s.refunds))
-	for i := len(s.refunds) - 1; i >= 0; i-- {
-		ordered = append(ordered, s.refunds[i])
-	}
-	slices.SortStableFunc(ordered, func(a, b *Refund) int {
-		switch ca, cb := a.Created.Unix(), b.Created.Unix(); {
-		case ca > cb:
-			return -1
-		case ca < cb:
-			return 1
-		}
-		return 0
+		return listPage(s.refunds, lp, "refund", func(rf *Refund) bool {
+			return !(byPI && rf.PaymentIntent != piID || byCharge && chargeID(rf.PaymentIntent) != charge)
+		})
 	})
-	cursor := after + before
-	from, to := 0, len(ordered)
-	if cursor != "" {
-		i := slices.IndexFunc(ordered, func(rf *Refund) bool { return rf.ID == cursor })
-		if i < 0 {
-			s.mu.Unlock()
-			param := "starting_after"
-			if before != "" {
-				param = "ending_before"
-			}
-			bad(param, "resource_missing", "No such refund: '"+cursor+"'")
-			return
-		}
-		if after != "" {
-			from = i + 1
-		} else {
-			to = i
-		}
-	}
-	var matching []*Refund
-	for _, rf := range ordered[from:to] {
-		if byPI && rf.PaymentIntent != piID || byCharge && chargeID(rf.PaymentIntent) != charge {
-			continue
-		}
-		if !created.matchUnix(rf.Created.Unix()) {
-			continue
-		}
-		matching = append(matching, rf)
-	}
-	var page []*Refund
-	var hasMore bool
-	if before != "" {
-		start := max(len(matching)-limit, 0)
-		page, hasMore = matching[start:], start > 0
-	} else {
-		page, hasMore = matching[:min(limit, len(matching))], len(matching) > limit
-	}
-	data := make([]map[string]any, 0, len(page))
-	for _, rf := range page {
-		data = append(data, rf.wire())
-	}
-	s.mu.Unlock()
-
-	body, _ := json.Marshal(map[string]any{
-		"object":   "list",
-		"data":     data,
-		"has_more": hasMore,
-		"url":      "/v1/refunds",
-	})
-	s.write(w, r, reqID, http.StatusOK, body)
 }
 
 // ---- POST /v1/payment_intents/{id}/capture ----

@@ -109,13 +109,8 @@ var refundReasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
 // one already refunded in full (charge_already_refunded), and an amount
 // larger than what is left (amount_received less what was refunded).
 func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+	reqID, ok := s.beginPost(w, r)
+	if !ok {
 		return
 	}
 	form := r.PostForm
@@ -205,7 +200,7 @@ func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
 	}
-	s.keyedPost(w, r, reqID, check, act)
+	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
 }
 
 // received is what the PaymentIntent's charge took. The caller holds s.mu.
@@ -248,13 +243,8 @@ func (s *Server) handleRefundList(w http.ResponseWriter, r *http.Request) {
 // large) is a 400 payment_intent_unexpected_state or amount_too_large
 // whose error carries the PaymentIntent, not saved.
 func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+	reqID, ok := s.beginPost(w, r)
+	if !ok {
 		return
 	}
 	form := r.PostForm
@@ -317,7 +307,7 @@ func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
 	}
-	s.keyedPost(w, r, reqID, check, act)
+	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
 }
 
 // ---- POST /v1/payment_intents/{id}/cancel ----
@@ -333,13 +323,8 @@ var cancelable = []string{"requires_payment_method", "requires_capture", "requir
 // payment_intent_unexpected_state carrying the PaymentIntent, as Stripe
 // answers, not saved.
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+	reqID, ok := s.beginPost(w, r)
+	if !ok {
 		return
 	}
 	form := r.PostForm
@@ -385,7 +370,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
 	}
-	s.keyedPost(w, r, reqID, check, act)
+	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
 }
 
 // SeedPaymentIntent stores pi as if it had been created earlier (by

@@ -1,8 +1,10 @@
 package stripedouble
 
 import (
+	"encoding/json"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -149,6 +151,23 @@ func refusal(reqID string, status int, e apiError) (savedResponse, bool) {
 		e.RequestLogURL = "https://dashboard.stripe.com/test/logs/" + reqID
 	}
 	return savedResponse{status: status, body: errorBody(e), requestID: reqID}, false
+}
+
+// success is a 200 answering with object, saved under the key.
+func success(reqID string, object map[string]any) (savedResponse, bool) {
+	body, _ := json.Marshal(object)
+	return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+}
+
+// enumParam reads param, which must be empty or one of allowed, and
+// refuses any other value in Stripe's words ("must be one of a, b, or c").
+func enumParam(form map[string][]string, param string, allowed []string) (string, *apiError) {
+	v := formValue(form, param)
+	if v != "" && !slices.Contains(allowed, v) {
+		oneOf := strings.Join(allowed[:len(allowed)-1], ", ") + ", or " + allowed[len(allowed)-1]
+		return "", invalid(param, "", "Invalid "+param+": must be one of "+oneOf)
+	}
+	return v, nil
 }
 
 // metadataParams reads metadata[...] parameters as Stripe checks them.

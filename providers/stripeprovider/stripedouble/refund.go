@@ -1,7 +1,6 @@
 package stripedouble
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -145,11 +144,8 @@ func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request) {
 			}
 			amount = n
 		}
-		reason = formValue(form, "reason")
-		if reason != "" && !slices.Contains(refundReasons, reason) {
-			return invalid("reason", "", "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer")
-		}
-		return nil
+		reason, e = enumParam(form, "reason", refundReasons)
+		return e
 	}
 	act := func() (savedResponse, bool) {
 		s.mu.Lock()
@@ -196,9 +192,9 @@ func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request) {
 		pi.AmountRefunded += want
 		s.refunds = append(s.refunds, rf)
 		s.effects.Add(rf.Metadata["intent_id"])
-		body, _ := json.Marshal(rf.wire())
+		wire := rf.wire()
 		s.mu.Unlock()
-		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+		return success(reqID, wire)
 	}
 	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
 }
@@ -271,41 +267,26 @@ func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	act := func() (savedResponse, bool) {
-		s.mu.Lock()
-		pi, ok := s.byID[id]
-		if !ok {
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
-				Message: "No such payment_intent: '" + id + "'"})
-		}
-		if pi.Status != "requires_capture" {
-			wire := pi.wire()
-			status := pi.Status
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
-				Message:       "This PaymentIntent could not be captured because it has a status of " + status + ". Only a PaymentIntent with one of the following statuses may be captured: requires_capture.",
-				DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
-				PaymentIntent: wire})
-		}
-		take := pi.AmountCapturable
-		if amount != 0 {
-			if amount < 1 || amount > pi.AmountCapturable {
-				capturable := pi.AmountCapturable
-				s.mu.Unlock()
-				return refusal(reqID, http.StatusBadRequest, *invalid("amount_to_capture", "amount_too_large",
-					fmt.Sprintf("The amount_to_capture must be a positive integer no greater than the amount_capturable (%d).", capturable)))
+		return s.changePaymentIntent(reqID, id, func(pi *PaymentIntent) *apiError {
+			if pi.Status != "requires_capture" {
+				return unexpectedState(pi, "This PaymentIntent could not be captured because it has a status of "+pi.Status+". Only a PaymentIntent with one of the following statuses may be captured: requires_capture.")
 			}
-			take = amount
-		}
-		pi.Status = "succeeded"
-		pi.AmountReceived = take
-		pi.AmountCapturable = 0
-		for k, v := range metadata {
-			pi.Metadata[k] = v
-		}
-		body, _ := json.Marshal(pi.wire())
-		s.mu.Unlock()
-		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+			take := pi.AmountCapturable
+			if amount != 0 {
+				if amount < 1 || amount > pi.AmountCapturable {
+					return invalid("amount_to_capture", "amount_too_large",
+						fmt.Sprintf("The amount_to_capture must be a positive integer no greater than the amount_capturable (%d).", pi.AmountCapturable))
+				}
+				take = amount
+			}
+			pi.Status = "succeeded"
+			pi.AmountReceived = take
+			pi.AmountCapturable = 0
+			for k, v := range metadata {
+				pi.Metadata[k] = v
+			}
+			return nil
+		})
 	}
 	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
 }
@@ -339,38 +320,51 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		if e := onlyParams(form, "cancellation_reason"); e != nil {
 			return e
 		}
-		reason = formValue(form, "cancellation_reason")
-		if reason != "" && !slices.Contains(cancellationReasons, reason) {
-			return invalid("cancellation_reason", "", "Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer, or abandoned")
-		}
-		return nil
+		var e *apiError
+		reason, e = enumParam(form, "cancellation_reason", cancellationReasons)
+		return e
 	}
 	act := func() (savedResponse, bool) {
-		s.mu.Lock()
-		pi, ok := s.byID[id]
-		if !ok {
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
-				Message: "No such payment_intent: '" + id + "'"})
-		}
-		if !slices.Contains(cancelable, pi.Status) {
-			wire := pi.wire()
-			status := pi.Status
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
-				Message:       "You cannot cancel this PaymentIntent because it has a status of " + status + ". Only a PaymentIntent with one of the following statuses may be canceled: " + strings.Join(cancelable, ", ") + ".",
-				DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
-				PaymentIntent: wire})
-		}
-		pi.Status = "canceled"
-		pi.CancellationReason = reason
-		pi.CanceledAt = s.now()
-		pi.AmountCapturable = 0
-		body, _ := json.Marshal(pi.wire())
-		s.mu.Unlock()
-		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+		return s.changePaymentIntent(reqID, id, func(pi *PaymentIntent) *apiError {
+			if !slices.Contains(cancelable, pi.Status) {
+				return unexpectedState(pi, "You cannot cancel this PaymentIntent because it has a status of "+pi.Status+". Only a PaymentIntent with one of the following statuses may be canceled: "+strings.Join(cancelable, ", ")+".")
+			}
+			pi.Status = "canceled"
+			pi.CancellationReason = reason
+			pi.CanceledAt = s.now()
+			pi.AmountCapturable = 0
+			return nil
+		})
 	}
 	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
+}
+
+// changePaymentIntent is the act of a POST on one PaymentIntent (capture,
+// cancel): under s.mu it looks id up, a 404 when there is none, and has
+// change check the PaymentIntent's state and change it. change's error is
+// a 400 refusal, nothing changed; otherwise the answer is the changed
+// PaymentIntent, saved.
+func (s *Server) changePaymentIntent(reqID, id string, change func(pi *PaymentIntent) *apiError) (savedResponse, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi, ok := s.byID[id]
+	if !ok {
+		return refusal(reqID, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
+			Message: "No such payment_intent: '" + id + "'"})
+	}
+	if e := change(pi); e != nil {
+		return refusal(reqID, http.StatusBadRequest, *e)
+	}
+	return success(reqID, pi.wire())
+}
+
+// unexpectedState refuses an action on pi in its current status. Stripe's
+// error carries the PaymentIntent, so a client sees what it has become.
+func unexpectedState(pi *PaymentIntent, message string) *apiError {
+	return &apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
+		Message:       message,
+		DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
+		PaymentIntent: pi.wire()}
 }
 
 // SeedPaymentIntent stores pi as if it had been created earlier (by

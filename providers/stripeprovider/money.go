@@ -266,52 +266,34 @@ func (p *Provider) reconcileRefund(ctx context.Context, req providers.Request, p
 	if !req.KeyFirstUsedAt.IsZero() {
 		params.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: req.KeyFirstUsedAt.Add(-ListClockSkewMargin).Unix()}
 	}
-	var (
-		found, inert *stripe.Refund
-		status       int
-		complete     bool
-	)
-	for page := 0; page < p.cfg.ReconcileMaxPages; page++ {
-		iter := p.api.Refunds.List(params)
-		var last string
-		for iter.Next() {
-			rf := iter.Refund()
-			last = rf.ID
-			if rf.Metadata[NamespaceMetadataKey] != req.Namespace || rf.Metadata[KeyMetadataKey] != req.IdempotencyKey {
-				continue
+	var found, inert *stripe.Refund
+	status, complete, err := scanOwned(p, req, ownedList[*stripe.Refund]{
+		params:       &params.ListParams,
+		page:         func() *stripe.Iter { return p.api.Refunds.List(params).Iter },
+		lastResponse: func(l stripe.ListContainer) *stripe.APIResponse { return l.(*stripe.RefundList).LastResponse },
+		ident:        func(rf *stripe.Refund) (string, map[string]string) { return rf.ID, rf.Metadata },
+	}, func(rf *stripe.Refund) error {
+		if pl.Amount != nil && rf.Amount != *pl.Amount {
+			return &providers.MismatchError{ProviderRef: rf.ID, Field: "amount",
+				Want: strconv.FormatInt(*pl.Amount, 10), Got: strconv.FormatInt(rf.Amount, 10)}
+		}
+		if rf.PaymentIntent != nil && rf.PaymentIntent.ID != "" && rf.PaymentIntent.ID != pl.PaymentIntent {
+			return &providers.MismatchError{ProviderRef: rf.ID, Field: "payment_intent", Want: pl.PaymentIntent, Got: rf.PaymentIntent.ID}
+		}
+		switch rf.Status {
+		case stripe.RefundStatusFailed, stripe.RefundStatusCanceled:
+			if inert == nil {
+				inert = rf
 			}
-			if pl.Amount != nil && rf.Amount != *pl.Amount {
-				return providers.Result{}, false, &providers.MismatchError{ProviderRef: rf.ID, Field: "amount",
-					Want: strconv.FormatInt(*pl.Amount, 10), Got: strconv.FormatInt(rf.Amount, 10)}
-			}
-			if rf.PaymentIntent != nil && rf.PaymentIntent.ID != "" && rf.PaymentIntent.ID != pl.PaymentIntent {
-				return providers.Result{}, false, &providers.MismatchError{ProviderRef: rf.ID, Field: "payment_intent", Want: pl.PaymentIntent, Got: rf.PaymentIntent.ID}
-			}
-			switch rf.Status {
-			case stripe.RefundStatusFailed, stripe.RefundStatusCanceled:
-				if inert == nil {
-					inert = rf
-				}
-			default:
-				if found == nil {
-					found = rf
-				}
+		default:
+			if found == nil {
+				found = rf
 			}
 		}
-		if err := iter.Err(); err != nil {
-			return providers.Result{}, false, p.classifyLookup(err)
-		}
-		if lr := iter.RefundList().LastResponse; lr != nil {
-			status = lr.StatusCode
-		}
-		if !iter.Meta().HasMore {
-			complete = true
-			break
-		}
-		if last == "" {
-			break
-		}
-		params.StartingAfter = stripe.String(last)
+		return nil
+	})
+	if err != nil {
+		return providers.Result{}, false, err
 	}
 	switch {
 	case found != nil:

@@ -206,6 +206,36 @@ func refused(err error) *providers.AttemptError {
 	return &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: err.Error(), Err: err, DidNotAct: true}
 }
 
+// identityKeys are the metadata keys an intent's identity is written
+// under: the namespace (only when there is one), the idempotency key and
+// the intent id.
+type identityKeys struct{ namespace, key, intentID string }
+
+var (
+	// intentKeys tag the object an intent creates (a PaymentIntent, a
+	// refund), which Reconcile finds by them.
+	intentKeys = identityKeys{NamespaceMetadataKey, KeyMetadataKey, IntentIDMetadataKey}
+	// captureKeys tag a captured PaymentIntent, whose own intentKeys
+	// belong to the intent that created it.
+	captureKeys = identityKeys{CaptureNamespaceMetadataKey, CaptureKeyMetadataKey, CaptureIntentIDMetadataKey}
+)
+
+// tagIntent puts the payload's metadata and req's identity under keys on
+// params, so that Reconcile can find what the call made (decoding refuses
+// payload metadata under the reserved keys).
+func tagIntent(params *stripe.Params, metadata map[string]string, req providers.Request, keys identityKeys) {
+	for k, v := range metadata {
+		params.AddMetadata(k, v)
+	}
+	if req.Namespace != "" {
+		params.AddMetadata(keys.namespace, req.Namespace)
+	}
+	params.AddMetadata(keys.key, req.IdempotencyKey)
+	params.AddMetadata(keys.intentID, strconv.FormatInt(req.IntentID, 10))
+}
+
+// resultOf is the Result of a call that answered with object id: its
+// status, and whether Stripe replayed a saved answer for the key.
 func resultOf(id string, lr *stripe.APIResponse) providers.Result {
 	res := providers.Result{ProviderRef: id}
 	if lr != nil {
@@ -228,14 +258,7 @@ func (p *Provider) performRefund(ctx context.Context, req providers.Request, pl 
 	}
 	params.Context = ctx
 	params.SetIdempotencyKey(req.IdempotencyKey)
-	for k, v := range pl.Metadata {
-		params.AddMetadata(k, v)
-	}
-	if req.Namespace != "" {
-		params.AddMetadata(NamespaceMetadataKey, req.Namespace)
-	}
-	params.AddMetadata(KeyMetadataKey, req.IdempotencyKey)
-	params.AddMetadata(IntentIDMetadataKey, strconv.FormatInt(req.IntentID, 10))
+	tagIntent(&params.Params, pl.Metadata, req, intentKeys)
 	rf, err := p.api.Refunds.New(params)
 	if err != nil {
 		return providers.Result{}, p.classify(err)
@@ -333,14 +356,7 @@ func (p *Provider) performCapture(ctx context.Context, req providers.Request, pl
 	params := &stripe.PaymentIntentCaptureParams{AmountToCapture: pl.AmountToCapture}
 	params.Context = ctx
 	params.SetIdempotencyKey(req.IdempotencyKey)
-	for k, v := range pl.Metadata {
-		params.AddMetadata(k, v)
-	}
-	if req.Namespace != "" {
-		params.AddMetadata(CaptureNamespaceMetadataKey, req.Namespace)
-	}
-	params.AddMetadata(CaptureKeyMetadataKey, req.IdempotencyKey)
-	params.AddMetadata(CaptureIntentIDMetadataKey, strconv.FormatInt(req.IntentID, 10))
+	tagIntent(&params.Params, pl.Metadata, req, captureKeys)
 	pi, err := p.api.PaymentIntents.Capture(pl.PaymentIntent, params)
 	if err != nil {
 		var se *stripe.Error

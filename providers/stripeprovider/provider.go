@@ -532,24 +532,13 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 	} else if redirectFreeDefault(pl) {
 		params.AutomaticPaymentMethods = &stripe.PaymentIntentAutomaticPaymentMethodsParams{Enabled: stripe.Bool(true), AllowRedirects: stripe.String(RedirectsNever)}
 	}
-	for k, v := range pl.Metadata {
-		params.AddMetadata(k, v)
-	}
-	if req.Namespace != "" {
-		params.AddMetadata(NamespaceMetadataKey, req.Namespace)
-	}
-	params.AddMetadata(KeyMetadataKey, req.IdempotencyKey)
-	params.AddMetadata(IntentIDMetadataKey, strconv.FormatInt(req.IntentID, 10))
+	tagIntent(&params.Params, pl.Metadata, req, intentKeys)
 
 	pi, err := p.api.PaymentIntents.New(params)
 	if err != nil {
 		return providers.Result{}, p.classify(err)
 	}
-	res := providers.Result{ProviderRef: pi.ID}
-	if pi.LastResponse != nil {
-		res.HTTPStatus = pi.LastResponse.StatusCode
-		res.Replayed = pi.LastResponse.Header.Get("Idempotent-Replayed") == "true"
-	}
+	res := resultOf(pi.ID, pi.LastResponse)
 	if res.Replayed && pi.Status == stripe.PaymentIntentStatusProcessing {
 		// Stripe replays the saved answer, which said processing: ask for
 		// the PaymentIntent as it is now.

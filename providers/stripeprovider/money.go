@@ -359,10 +359,9 @@ func (p *Provider) performCapture(ctx context.Context, req providers.Request, pl
 	tagIntent(&params.Params, pl.Metadata, req, captureKeys)
 	pi, err := p.api.PaymentIntents.Capture(pl.PaymentIntent, params)
 	if err != nil {
-		var se *stripe.Error
-		if errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest && se.PaymentIntent != nil &&
-			se.PaymentIntent.Status == stripe.PaymentIntentStatusSucceeded && se.PaymentIntent.AmountReceived == capturedAmount(pl, se.PaymentIntent) {
-			return providers.Result{ProviderRef: pl.PaymentIntent, HTTPStatus: se.HTTPStatusCode}, nil
+		if pi := refusedPaymentIntent(err); pi != nil &&
+			pi.Status == stripe.PaymentIntentStatusSucceeded && pi.AmountReceived == capturedAmount(pl, pi) {
+			return providers.Result{ProviderRef: pl.PaymentIntent, HTTPStatus: http.StatusBadRequest}, nil
 		}
 		return providers.Result{}, p.classify(err)
 	}
@@ -427,14 +426,23 @@ func (p *Provider) performCancel(ctx context.Context, req providers.Request, pl 
 	params.SetIdempotencyKey(req.IdempotencyKey)
 	pi, err := p.api.PaymentIntents.Cancel(pl.PaymentIntent, params)
 	if err != nil {
-		var se *stripe.Error
-		if errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest && se.PaymentIntent != nil &&
-			se.PaymentIntent.Status == stripe.PaymentIntentStatusCanceled {
-			return providers.Result{ProviderRef: pl.PaymentIntent, HTTPStatus: se.HTTPStatusCode}, nil
+		if pi := refusedPaymentIntent(err); pi != nil && pi.Status == stripe.PaymentIntentStatusCanceled {
+			return providers.Result{ProviderRef: pl.PaymentIntent, HTTPStatus: http.StatusBadRequest}, nil
 		}
 		return providers.Result{}, p.classify(err)
 	}
 	return resultOf(pi.ID, pi.LastResponse), nil
+}
+
+// refusedPaymentIntent is the PaymentIntent a Stripe 400 carries, or nil.
+// Stripe refuses a capture or cancel that the PaymentIntent's state
+// forbids with one, and that state can show the work is already done.
+func refusedPaymentIntent(err error) *stripe.PaymentIntent {
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest {
+		return se.PaymentIntent
+	}
+	return nil
 }
 
 // reconcileCancel reads the PaymentIntent (strongly consistent): canceled

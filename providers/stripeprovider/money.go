@@ -206,6 +206,36 @@ func refused(err error) *providers.AttemptError {
 	return &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: err.Error(), Err: err, DidNotAct: true}
 }
 
+// identityKeys are the metadata keys an intent's identity is written
+// under: the namespace (only when there is one), the idempotency key and
+// the intent id.
+type identityKeys struct{ namespace, key, intentID string }
+
+var (
+	// intentKeys tag the object an intent creates (a PaymentIntent, a
+	// refund), which Reconcile finds by them.
+	intentKeys = identityKeys{NamespaceMetadataKey, KeyMetadataKey, IntentIDMetadataKey}
+	// captureKeys tag a captured PaymentIntent, whose own intentKeys
+	// belong to the intent that created it.
+	captureKeys = identityKeys{CaptureNamespaceMetadataKey, CaptureKeyMetadataKey, CaptureIntentIDMetadataKey}
+)
+
+// tagIntent puts the payload's metadata and req's identity under keys on
+// params, so that Reconcile can find what the call made (decoding refuses
+// payload metadata under the reserved keys).
+func tagIntent(params *stripe.Params, metadata map[string]string, req providers.Request, keys identityKeys) {
+	for k, v := range metadata {
+		params.AddMetadata(k, v)
+	}
+	if req.Namespace != "" {
+		params.AddMetadata(keys.namespace, req.Namespace)
+	}
+	params.AddMetadata(keys.key, req.IdempotencyKey)
+	params.AddMetadata(keys.intentID, strconv.FormatInt(req.IntentID, 10))
+}
+
+// resultOf is the Result of a call that answered with object id: its
+// status, and whether Stripe replayed a saved answer for the key.
 func resultOf(id string, lr *stripe.APIResponse) providers.Result {
 	res := providers.Result{ProviderRef: id}
 	if lr != nil {
@@ -228,14 +258,7 @@ func (p *Provider) performRefund(ctx context.Context, req providers.Request, pl 
 	}
 	params.Context = ctx
 	params.SetIdempotencyKey(req.IdempotencyKey)
-	for k, v := range pl.Metadata {
-		params.AddMetadata(k, v)
-	}
-	if req.Namespace != "" {
-		params.AddMetadata(NamespaceMetadataKey, req.Namespace)
-	}
-	params.AddMetadata(KeyMetadataKey, req.IdempotencyKey)
-	params.AddMetadata(IntentIDMetadataKey, strconv.FormatInt(req.IntentID, 10))
+	tagIntent(&params.Params, pl.Metadata, req, intentKeys)
 	rf, err := p.api.Refunds.New(params)
 	if err != nil {
 		return providers.Result{}, p.classify(err)
@@ -266,52 +289,34 @@ func (p *Provider) reconcileRefund(ctx context.Context, req providers.Request, p
 	if !req.KeyFirstUsedAt.IsZero() {
 		params.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: req.KeyFirstUsedAt.Add(-ListClockSkewMargin).Unix()}
 	}
-	var (
-		found, inert *stripe.Refund
-		status       int
-		complete     bool
-	)
-	for page := 0; page < p.cfg.ReconcileMaxPages; page++ {
-		iter := p.api.Refunds.List(params)
-		var last string
-		for iter.Next() {
-			rf := iter.Refund()
-			last = rf.ID
-			if rf.Metadata[NamespaceMetadataKey] != req.Namespace || rf.Metadata[KeyMetadataKey] != req.IdempotencyKey {
-				continue
+	var found, inert *stripe.Refund
+	status, complete, err := scanOwned(p, req, ownedList[*stripe.Refund]{
+		params:       &params.ListParams,
+		page:         func() *stripe.Iter { return p.api.Refunds.List(params).Iter },
+		lastResponse: func(l stripe.ListContainer) *stripe.APIResponse { return l.(*stripe.RefundList).LastResponse },
+		ident:        func(rf *stripe.Refund) (string, map[string]string) { return rf.ID, rf.Metadata },
+	}, func(rf *stripe.Refund) error {
+		if pl.Amount != nil && rf.Amount != *pl.Amount {
+			return &providers.MismatchError{ProviderRef: rf.ID, Field: "amount",
+				Want: strconv.FormatInt(*pl.Amount, 10), Got: strconv.FormatInt(rf.Amount, 10)}
+		}
+		if rf.PaymentIntent != nil && rf.PaymentIntent.ID != "" && rf.PaymentIntent.ID != pl.PaymentIntent {
+			return &providers.MismatchError{ProviderRef: rf.ID, Field: "payment_intent", Want: pl.PaymentIntent, Got: rf.PaymentIntent.ID}
+		}
+		switch rf.Status {
+		case stripe.RefundStatusFailed, stripe.RefundStatusCanceled:
+			if inert == nil {
+				inert = rf
 			}
-			if pl.Amount != nil && rf.Amount != *pl.Amount {
-				return providers.Result{}, false, &providers.MismatchError{ProviderRef: rf.ID, Field: "amount",
-					Want: strconv.FormatInt(*pl.Amount, 10), Got: strconv.FormatInt(rf.Amount, 10)}
-			}
-			if rf.PaymentIntent != nil && rf.PaymentIntent.ID != "" && rf.PaymentIntent.ID != pl.PaymentIntent {
-				return providers.Result{}, false, &providers.MismatchError{ProviderRef: rf.ID, Field: "payment_intent", Want: pl.PaymentIntent, Got: rf.PaymentIntent.ID}
-			}
-			switch rf.Status {
-			case stripe.RefundStatusFailed, stripe.RefundStatusCanceled:
-				if inert == nil {
-					inert = rf
-				}
-			default:
-				if found == nil {
-					found = rf
-				}
+		default:
+			if found == nil {
+				found = rf
 			}
 		}
-		if err := iter.Err(); err != nil {
-			return providers.Result{}, false, p.classifyLookup(err)
-		}
-		if lr := iter.RefundList().LastResponse; lr != nil {
-			status = lr.StatusCode
-		}
-		if !iter.Meta().HasMore {
-			complete = true
-			break
-		}
-		if last == "" {
-			break
-		}
-		params.StartingAfter = stripe.String(last)
+		return nil
+	})
+	if err != nil {
+		return providers.Result{}, false, err
 	}
 	switch {
 	case found != nil:
@@ -351,20 +356,12 @@ func (p *Provider) performCapture(ctx context.Context, req providers.Request, pl
 	params := &stripe.PaymentIntentCaptureParams{AmountToCapture: pl.AmountToCapture}
 	params.Context = ctx
 	params.SetIdempotencyKey(req.IdempotencyKey)
-	for k, v := range pl.Metadata {
-		params.AddMetadata(k, v)
-	}
-	if req.Namespace != "" {
-		params.AddMetadata(CaptureNamespaceMetadataKey, req.Namespace)
-	}
-	params.AddMetadata(CaptureKeyMetadataKey, req.IdempotencyKey)
-	params.AddMetadata(CaptureIntentIDMetadataKey, strconv.FormatInt(req.IntentID, 10))
+	tagIntent(&params.Params, pl.Metadata, req, captureKeys)
 	pi, err := p.api.PaymentIntents.Capture(pl.PaymentIntent, params)
 	if err != nil {
-		var se *stripe.Error
-		if errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest && se.PaymentIntent != nil &&
-			se.PaymentIntent.Status == stripe.PaymentIntentStatusSucceeded && se.PaymentIntent.AmountReceived == capturedAmount(pl, se.PaymentIntent) {
-			return providers.Result{ProviderRef: pl.PaymentIntent, HTTPStatus: se.HTTPStatusCode}, nil
+		if pi := refusedPaymentIntent(err); pi != nil &&
+			pi.Status == stripe.PaymentIntentStatusSucceeded && pi.AmountReceived == capturedAmount(pl, pi) {
+			return providers.Result{ProviderRef: pl.PaymentIntent, HTTPStatus: http.StatusBadRequest}, nil
 		}
 		return providers.Result{}, p.classify(err)
 	}
@@ -429,14 +426,23 @@ func (p *Provider) performCancel(ctx context.Context, req providers.Request, pl 
 	params.SetIdempotencyKey(req.IdempotencyKey)
 	pi, err := p.api.PaymentIntents.Cancel(pl.PaymentIntent, params)
 	if err != nil {
-		var se *stripe.Error
-		if errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest && se.PaymentIntent != nil &&
-			se.PaymentIntent.Status == stripe.PaymentIntentStatusCanceled {
-			return providers.Result{ProviderRef: pl.PaymentIntent, HTTPStatus: se.HTTPStatusCode}, nil
+		if pi := refusedPaymentIntent(err); pi != nil && pi.Status == stripe.PaymentIntentStatusCanceled {
+			return providers.Result{ProviderRef: pl.PaymentIntent, HTTPStatus: http.StatusBadRequest}, nil
 		}
 		return providers.Result{}, p.classify(err)
 	}
 	return resultOf(pi.ID, pi.LastResponse), nil
+}
+
+// refusedPaymentIntent is the PaymentIntent a Stripe 400 carries, or nil.
+// Stripe refuses a capture or cancel that the PaymentIntent's state
+// forbids with one, and that state can show the work is already done.
+func refusedPaymentIntent(err error) *stripe.PaymentIntent {
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == http.StatusBadRequest {
+		return se.PaymentIntent
+	}
+	return nil
 }
 
 // reconcileCancel reads the PaymentIntent (strongly consistent): canceled

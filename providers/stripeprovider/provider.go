@@ -532,24 +532,13 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 	} else if redirectFreeDefault(pl) {
 		params.AutomaticPaymentMethods = &stripe.PaymentIntentAutomaticPaymentMethodsParams{Enabled: stripe.Bool(true), AllowRedirects: stripe.String(RedirectsNever)}
 	}
-	for k, v := range pl.Metadata {
-		params.AddMetadata(k, v)
-	}
-	if req.Namespace != "" {
-		params.AddMetadata(NamespaceMetadataKey, req.Namespace)
-	}
-	params.AddMetadata(KeyMetadataKey, req.IdempotencyKey)
-	params.AddMetadata(IntentIDMetadataKey, strconv.FormatInt(req.IntentID, 10))
+	tagIntent(&params.Params, pl.Metadata, req, intentKeys)
 
 	pi, err := p.api.PaymentIntents.New(params)
 	if err != nil {
 		return providers.Result{}, p.classify(err)
 	}
-	res := providers.Result{ProviderRef: pi.ID}
-	if pi.LastResponse != nil {
-		res.HTTPStatus = pi.LastResponse.StatusCode
-		res.Replayed = pi.LastResponse.Header.Get("Idempotent-Replayed") == "true"
-	}
+	res := resultOf(pi.ID, pi.LastResponse)
 	if res.Replayed && pi.Status == stripe.PaymentIntentStatusProcessing {
 		// Stripe replays the saved answer, which said processing: ask for
 		// the PaymentIntent as it is now.
@@ -837,48 +826,34 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 		found    *stripe.PaymentIntent
 		inert    *stripe.PaymentIntent
 		settling *stripe.PaymentIntent
-		status   int
-		complete bool
 	)
-	for page := 0; page < p.cfg.ReconcileMaxPages; page++ {
-		iter := p.api.PaymentIntents.List(params)
-		var last string
-		for iter.Next() {
-			pi := iter.PaymentIntent()
-			last = pi.ID
-			if pi.Metadata[NamespaceMetadataKey] != req.Namespace || pi.Metadata[KeyMetadataKey] != req.IdempotencyKey {
-				continue // another deployment's, or another intent's
+	status, complete, err := scanOwned(p, req, ownedList[*stripe.PaymentIntent]{
+		params: &params.ListParams,
+		page:   func() *stripe.Iter { return p.api.PaymentIntents.List(params).Iter },
+		lastResponse: func(l stripe.ListContainer) *stripe.APIResponse {
+			return l.(*stripe.PaymentIntentList).LastResponse
+		},
+		ident: func(pi *stripe.PaymentIntent) (string, map[string]string) { return pi.ID, pi.Metadata },
+	}, func(pi *stripe.PaymentIntent) error {
+		if mm := mismatch(pi, pl); mm != nil {
+			return mm
+		}
+		switch {
+		case effective(pi, confirm):
+			if found == nil {
+				found = pi
 			}
-			if mm := mismatch(pi, pl); mm != nil {
-				return providers.Result{}, false, mm
+		case pi.Status == stripe.PaymentIntentStatusProcessing:
+			if settling == nil {
+				settling = pi
 			}
-			switch {
-			case effective(pi, confirm):
-				if found == nil {
-					found = pi
-				}
-			case pi.Status == stripe.PaymentIntentStatusProcessing:
-				if settling == nil {
-					settling = pi
-				}
-			case inert == nil:
-				inert = pi
-			}
+		case inert == nil:
+			inert = pi
 		}
-		if err := iter.Err(); err != nil {
-			return providers.Result{}, false, p.classifyLookup(err)
-		}
-		if lr := iter.PaymentIntentList().LastResponse; lr != nil {
-			status = lr.StatusCode
-		}
-		if !iter.Meta().HasMore {
-			complete = true
-			break
-		}
-		if last == "" {
-			break // has_more with an empty page: nothing to go on from
-		}
-		params.StartingAfter = stripe.String(last)
+		return nil
+	})
+	if err != nil {
+		return providers.Result{}, false, err
 	}
 	switch {
 	case found != nil:

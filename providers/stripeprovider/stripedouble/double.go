@@ -44,7 +44,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"math/big"
 	"net/http"
 	"regexp"
@@ -599,110 +598,23 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 
 // ---- POST /v1/payment_intents ----
 
+// handleCreate creates a PaymentIntent, honouring Idempotency-Key and
+// drawing faults as keyedPost does. Every answer of create is saved, a
+// decline included, as Stripe saves it.
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
+	reqID, ok := s.beginPost(w, r)
+	if !ok {
 		return
 	}
-	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
-		return
-	}
-	form := r.PostForm
 	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
-
-	f := s.faults.Next()
-	// Faults at the edge, before the idempotency layer: nothing is saved.
-	switch {
-	case f.Kind == fault.RateLimit:
-		s.countFault(f.Kind)
-		secs := int64(math.Ceil(f.RetryAfterOrDefault().Seconds()))
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		s.writeError(w, r, reqID, http.StatusTooManyRequests, apiError{
-			Type:    "invalid_request_error",
-			Code:    "rate_limit",
-			Message: "Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.",
-			DocURL:  "https://stripe.com/docs/error-codes/rate-limit",
-		})
-		return
-	case f.Kind == fault.ErrorBefore && f.StatusOr500() != http.StatusInternalServerError:
-		s.countFault(f.Kind)
-		s.write(w, r, reqID, f.StatusOr500(), serverErrorBody(f.StatusOr500()))
-		return
+	var params createParams
+	check := func() *apiError {
+		var e *apiError
+		params, e = parseCreate(r.PostForm)
+		return e
 	}
-
-	// The idempotency layer.
-	var claim *idemstore.Claim[savedResponse]
-	if key != "" {
-		// url.Values.Encode sorts by key: the fingerprint is order-independent.
-		c, outcome, saved := s.keys.Begin(key, form.Encode(), s.now())
-		switch outcome {
-		case idemstore.Fresh:
-			claim = c
-		case idemstore.InFlight:
-			s.writeError(w, r, reqID, http.StatusConflict, apiError{
-				Type:    "invalid_request_error",
-				Code:    "idempotency_key_in_use",
-				Message: "There is currently another in-progress request using this idempotent key (that probably means you submitted twice, and the other request is still going through): " + key + ". Please try again later.",
-				DocURL:  "https://stripe.com/docs/error-codes/idempotency-key-in-use",
-			})
-			return
-		case idemstore.Mismatch:
-			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{
-				Type:    "idempotency_error",
-				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '" + key + "' if you meant to execute a different request.",
-			})
-			return
-		case idemstore.Saved:
-			s.mu.Lock()
-			s.replays++
-			s.mu.Unlock()
-			s.replay(w, r, reqID, saved, f)
-			return
-		}
-	}
-
-	params, verr := parseCreate(form)
-	if verr != nil {
-		claim.Release()
-		s.writeError(w, r, reqID, http.StatusBadRequest, *verr)
-		return
-	}
-
-	if f.Kind == fault.ErrorBefore { // 500: execution started, nothing done, saved
-		s.countFault(f.Kind)
-		resp := savedResponse{status: http.StatusInternalServerError, body: serverErrorBody(http.StatusInternalServerError), requestID: reqID}
-		claim.Finish(resp)
-		s.write(w, r, reqID, resp.status, resp.body)
-		return
-	}
-
-	resp := s.create(params, key, reqID)
-	switch f.Kind {
-	case fault.ErrorAfter:
-		s.countFault(f.Kind)
-		status := f.StatusOr500()
-		errResp := savedResponse{status: status, body: serverErrorBody(status), requestID: reqID}
-		if status == http.StatusInternalServerError {
-			claim.Finish(errResp)
-		} else {
-			claim.Finish(resp)
-		}
-		s.write(w, r, reqID, errResp.status, errResp.body)
-	case fault.LoseResponse:
-		s.countFault(f.Kind)
-		claim.Finish(resp)
-		fault.DropConnection(w)
-	case fault.Delay:
-		s.countFault(f.Kind)
-		sleep(r.Context(), f.Delay)
-		claim.Finish(resp)
-		s.write(w, r, reqID, resp.status, resp.body)
-	default:
-		claim.Finish(resp)
-		s.write(w, r, reqID, resp.status, resp.body)
-	}
+	act := func() (savedResponse, bool) { return s.create(params, key, reqID), true }
+	s.keyedPost(w, r, reqID, mismatchParams, check, act)
 }
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, reqID string, saved savedResponse, f fault.Fault) {
@@ -1266,7 +1178,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	now := s.now()
 	var hits []map[string]any
-	for _, pi := range s.newestFirst() { // as Stripe orders search results
+	for _, pi := range newestFirst(s.pis) { // as Stripe orders search results
 		if now.Before(pi.SearchableAt) {
 			continue // not indexed yet: search is eventually consistent
 		}

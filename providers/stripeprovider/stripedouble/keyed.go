@@ -1,8 +1,10 @@
 package stripedouble
 
 import (
+	"encoding/json"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,22 +12,47 @@ import (
 	"github.com/outboxkit/outbox/providers/fault"
 )
 
-// keyedPost runs a POST that acts on existing objects (a refund, a
-// capture, a cancel) the way handleCreate runs a create: one fault drawn
-// from Faults() and applied as Handler documents, and the Idempotency-Key
-// honoured as Stripe does (a saved answer replayed with
+// beginPost counts and authorizes a POST and parses its form, answering
+// the request itself when it goes no further.
+func (s *Server) beginPost(w http.ResponseWriter, r *http.Request) (reqID string, ok bool) {
+	s.countRequest()
+	reqID = newID("req_", 14)
+	if !s.authorize(w, r, reqID) {
+		return reqID, false
+	}
+	if err := r.ParseForm(); err != nil {
+		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+		return reqID, false
+	}
+	return reqID, true
+}
+
+// The idempotency_error messages for a key reused with other parameters
+// or on another endpoint. The create endpoint keeps the wording it has
+// always answered with; the endpoints added later for refunds, captures
+// and cancels also name the endpoint, the likelier mistake among them.
+const (
+	mismatchParams   = "Keys for idempotent requests can only be used with the same parameters they were first used with."
+	mismatchEndpoint = "Keys for idempotent requests can only be used with the same parameters they were first used with, and for the same endpoint."
+)
+
+// keyedPost runs a POST (a create, a refund, a capture, a cancel): one
+// fault drawn from Faults() and applied as Handler documents, and the
+// Idempotency-Key honoured as Stripe does (a saved answer replayed with
 // Idempotent-Replayed, a 500 saved, 409 while in flight, 400
-// idempotency_error for other parameters or another endpoint).
+// idempotency_error, worded by mismatch, for other parameters or another
+// endpoint).
 //
 // check validates the request's parameters before anything is done; its
 // 400 is not saved. act does the work under the double's rules and returns
 // the answer, and whether to save it: a refusal because of an object's
 // state (nothing done) is not saved, so a retry executes afresh.
-func (s *Server) keyedPost(w http.ResponseWriter, r *http.Request, reqID string, check func() *apiError, act func() (savedResponse, bool)) {
+func (s *Server) keyedPost(w http.ResponseWriter, r *http.Request, reqID, mismatch string, check func() *apiError, act func() (savedResponse, bool)) {
 	form := r.PostForm
 	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
 
 	f := s.faults.Next()
+	// Faults at the edge, before the idempotency layer: nothing is saved.
 	switch {
 	case f.Kind == fault.RateLimit:
 		s.countFault(f.Kind)
@@ -47,6 +74,7 @@ func (s *Server) keyedPost(w http.ResponseWriter, r *http.Request, reqID string,
 	var claim *idemstore.Claim[savedResponse]
 	if key != "" {
 		// The path is part of the fingerprint: a key is for one endpoint.
+		// url.Values.Encode sorts by key: the fingerprint is order-independent.
 		c, outcome, saved := s.keys.Begin(key, r.URL.Path+"?"+form.Encode(), s.now())
 		switch outcome {
 		case idemstore.Fresh:
@@ -62,7 +90,7 @@ func (s *Server) keyedPost(w http.ResponseWriter, r *http.Request, reqID string,
 		case idemstore.Mismatch:
 			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{
 				Type:    "idempotency_error",
-				Message: "Keys for idempotent requests can only be used with the same parameters they were first used with, and for the same endpoint. Try using a key other than '" + key + "' if you meant to execute a different request.",
+				Message: mismatch + " Try using a key other than '" + key + "' if you meant to execute a different request.",
 			})
 			return
 		case idemstore.Saved:
@@ -123,6 +151,23 @@ func refusal(reqID string, status int, e apiError) (savedResponse, bool) {
 		e.RequestLogURL = "https://dashboard.stripe.com/test/logs/" + reqID
 	}
 	return savedResponse{status: status, body: errorBody(e), requestID: reqID}, false
+}
+
+// success is a 200 answering with object, saved under the key.
+func success(reqID string, object map[string]any) (savedResponse, bool) {
+	body, _ := json.Marshal(object)
+	return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+}
+
+// enumParam reads param, which must be empty or one of allowed, and
+// refuses any other value in Stripe's words ("must be one of a, b, or c").
+func enumParam(form map[string][]string, param string, allowed []string) (string, *apiError) {
+	v := formValue(form, param)
+	if v != "" && !slices.Contains(allowed, v) {
+		oneOf := strings.Join(allowed[:len(allowed)-1], ", ") + ", or " + allowed[len(allowed)-1]
+		return "", invalid(param, "", "Invalid "+param+": must be one of "+oneOf)
+	}
+	return v, nil
 }
 
 // metadataParams reads metadata[...] parameters as Stripe checks them.

@@ -1,9 +1,9 @@
 package stripedouble
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,13 +108,8 @@ var refundReasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
 // one already refunded in full (charge_already_refunded), and an amount
 // larger than what is left (amount_received less what was refunded).
 func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+	reqID, ok := s.beginPost(w, r)
+	if !ok {
 		return
 	}
 	form := r.PostForm
@@ -149,11 +144,8 @@ func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request) {
 			}
 			amount = n
 		}
-		reason = formValue(form, "reason")
-		if reason != "" && !slices.Contains(refundReasons, reason) {
-			return invalid("reason", "", "Invalid reason: must be one of duplicate, fraudulent, or requested_by_customer")
-		}
-		return nil
+		reason, e = enumParam(form, "reason", refundReasons)
+		return e
 	}
 	act := func() (savedResponse, bool) {
 		s.mu.Lock()
@@ -200,11 +192,11 @@ func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request) {
 		pi.AmountRefunded += want
 		s.refunds = append(s.refunds, rf)
 		s.effects.Add(rf.Metadata["intent_id"])
-		body, _ := json.Marshal(rf.wire())
+		wire := rf.wire()
 		s.mu.Unlock()
-		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+		return success(reqID, wire)
 	}
-	s.keyedPost(w, r, reqID, check, act)
+	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
 }
 
 // received is what the PaymentIntent's charge took. The caller holds s.mu.
@@ -225,130 +217,16 @@ func (pi *PaymentIntent) received() int64 {
 // to 100 (10 by default), paginated by starting_after or ending_before,
 // newest first. Unknown parameters are a 400.
 func (s *Server) handleRefundList(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	s.mu.Lock()
-	s.lists++
-	s.mu.Unlock()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
-		return
-	}
-	q := r.URL.Query()
-	bad := func(param, code, msg string) {
-		s.writeError(w, r, reqID, http.StatusBadRequest, *invalid(param, code, msg))
-	}
-	created := createdFilter{ops: map[string]int64{}}
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch {
-		case k == "payment_intent" || k == "charge" || k == "limit" || k == "starting_after" || k == "ending_before" || k == "expand[]" || expandParamRE.MatchString(k):
-		case createdParamRE.MatchString(k):
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				bad(k, "parameter_invalid_integer", "Invalid integer: "+v)
-				return
-			}
-			created.ops[createdParamRE.FindStringSubmatch(k)[1]] = n
-		default:
-			bad(k, "parameter_unknown", "Received unknown parameter: "+k)
-			return
+	s.serveList(w, r, "/v1/refunds", []string{"payment_intent", "charge"}, func(q url.Values, lp listParams) ([]map[string]any, bool, *apiError) {
+		piID, byPI := q.Get("payment_intent"), q.Has("payment_intent")
+		charge, byCharge := q.Get("charge"), q.Has("charge")
+		if _, ok := s.byID[piID]; byPI && !ok {
+			return nil, false, invalid("payment_intent", "resource_missing", "No such payment_intent: '"+piID+"'")
 		}
-	}
-	limit := 10
-	if l, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(l[len(l)-1])
-		switch {
-		case err != nil:
-			bad("limit", "parameter_invalid_integer", "Invalid integer: "+l[len(l)-1])
-			return
-		case n < 1:
-			bad("limit", "", "This value must be greater than or equal to 1.")
-			return
-		case n > 100:
-			bad("limit", "", "This value must be less than or equal to 100.")
-			return
-		}
-		limit = n
-	}
-	after, before := q.Get("starting_after"), q.Get("ending_before")
-	if after != "" && before != "" {
-		bad("starting_after", "", "You may only specify one of these parameters: starting_after, ending_before.")
-		return
-	}
-	piID, byPI := q.Get("payment_intent"), q.Has("payment_intent")
-	charge, byCharge := q.Get("charge"), q.Has("charge")
-
-	s.mu.Lock()
-	if byPI {
-		if _, ok := s.byID[piID]; !ok {
-			s.mu.Unlock()
-			bad("payment_intent", "resource_missing", "No such payment_intent: '"+piID+"'")
-			return
-		}
-	}
-	ordered := make([]*Refund, 0, len(s.refunds))
-	for i := len(s.refunds) - 1; i >= 0; i-- {
-		ordered = append(ordered, s.refunds[i])
-	}
-	slices.SortStableFunc(ordered, func(a, b *Refund) int {
-		switch ca, cb := a.Created.Unix(), b.Created.Unix(); {
-		case ca > cb:
-			return -1
-		case ca < cb:
-			return 1
-		}
-		return 0
+		return listPage(s.refunds, lp, "refund", func(rf *Refund) bool {
+			return !(byPI && rf.PaymentIntent != piID || byCharge && chargeID(rf.PaymentIntent) != charge)
+		})
 	})
-	cursor := after + before
-	from, to := 0, len(ordered)
-	if cursor != "" {
-		i := slices.IndexFunc(ordered, func(rf *Refund) bool { return rf.ID == cursor })
-		if i < 0 {
-			s.mu.Unlock()
-			param := "starting_after"
-			if before != "" {
-				param = "ending_before"
-			}
-			bad(param, "resource_missing", "No such refund: '"+cursor+"'")
-			return
-		}
-		if after != "" {
-			from = i + 1
-		} else {
-			to = i
-		}
-	}
-	var matching []*Refund
-	for _, rf := range ordered[from:to] {
-		if byPI && rf.PaymentIntent != piID || byCharge && chargeID(rf.PaymentIntent) != charge {
-			continue
-		}
-		if !created.matchUnix(rf.Created.Unix()) {
-			continue
-		}
-		matching = append(matching, rf)
-	}
-	var page []*Refund
-	var hasMore bool
-	if before != "" {
-		start := max(len(matching)-limit, 0)
-		page, hasMore = matching[start:], start > 0
-	} else {
-		page, hasMore = matching[:min(limit, len(matching))], len(matching) > limit
-	}
-	data := make([]map[string]any, 0, len(page))
-	for _, rf := range page {
-		data = append(data, rf.wire())
-	}
-	s.mu.Unlock()
-
-	body, _ := json.Marshal(map[string]any{
-		"object":   "list",
-		"data":     data,
-		"has_more": hasMore,
-		"url":      "/v1/refunds",
-	})
-	s.write(w, r, reqID, http.StatusOK, body)
 }
 
 // ---- POST /v1/payment_intents/{id}/capture ----
@@ -361,13 +239,8 @@ func (s *Server) handleRefundList(w http.ResponseWriter, r *http.Request) {
 // large) is a 400 payment_intent_unexpected_state or amount_too_large
 // whose error carries the PaymentIntent, not saved.
 func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+	reqID, ok := s.beginPost(w, r)
+	if !ok {
 		return
 	}
 	form := r.PostForm
@@ -394,43 +267,28 @@ func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	act := func() (savedResponse, bool) {
-		s.mu.Lock()
-		pi, ok := s.byID[id]
-		if !ok {
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
-				Message: "No such payment_intent: '" + id + "'"})
-		}
-		if pi.Status != "requires_capture" {
-			wire := pi.wire()
-			status := pi.Status
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
-				Message:       "This PaymentIntent could not be captured because it has a status of " + status + ". Only a PaymentIntent with one of the following statuses may be captured: requires_capture.",
-				DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
-				PaymentIntent: wire})
-		}
-		take := pi.AmountCapturable
-		if amount != 0 {
-			if amount < 1 || amount > pi.AmountCapturable {
-				capturable := pi.AmountCapturable
-				s.mu.Unlock()
-				return refusal(reqID, http.StatusBadRequest, *invalid("amount_to_capture", "amount_too_large",
-					fmt.Sprintf("The amount_to_capture must be a positive integer no greater than the amount_capturable (%d).", capturable)))
+		return s.changePaymentIntent(reqID, id, func(pi *PaymentIntent) *apiError {
+			if pi.Status != "requires_capture" {
+				return unexpectedState(pi, "This PaymentIntent could not be captured because it has a status of "+pi.Status+". Only a PaymentIntent with one of the following statuses may be captured: requires_capture.")
 			}
-			take = amount
-		}
-		pi.Status = "succeeded"
-		pi.AmountReceived = take
-		pi.AmountCapturable = 0
-		for k, v := range metadata {
-			pi.Metadata[k] = v
-		}
-		body, _ := json.Marshal(pi.wire())
-		s.mu.Unlock()
-		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+			take := pi.AmountCapturable
+			if amount != 0 {
+				if amount < 1 || amount > pi.AmountCapturable {
+					return invalid("amount_to_capture", "amount_too_large",
+						fmt.Sprintf("The amount_to_capture must be a positive integer no greater than the amount_capturable (%d).", pi.AmountCapturable))
+				}
+				take = amount
+			}
+			pi.Status = "succeeded"
+			pi.AmountReceived = take
+			pi.AmountCapturable = 0
+			for k, v := range metadata {
+				pi.Metadata[k] = v
+			}
+			return nil
+		})
 	}
-	s.keyedPost(w, r, reqID, check, act)
+	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
 }
 
 // ---- POST /v1/payment_intents/{id}/cancel ----
@@ -446,13 +304,8 @@ var cancelable = []string{"requires_payment_method", "requires_capture", "requir
 // payment_intent_unexpected_state carrying the PaymentIntent, as Stripe
 // answers, not saved.
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
-	s.countRequest()
-	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Message: "Invalid request body: " + err.Error()})
+	reqID, ok := s.beginPost(w, r)
+	if !ok {
 		return
 	}
 	form := r.PostForm
@@ -467,38 +320,51 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		if e := onlyParams(form, "cancellation_reason"); e != nil {
 			return e
 		}
-		reason = formValue(form, "cancellation_reason")
-		if reason != "" && !slices.Contains(cancellationReasons, reason) {
-			return invalid("cancellation_reason", "", "Invalid cancellation_reason: must be one of duplicate, fraudulent, requested_by_customer, or abandoned")
-		}
-		return nil
+		var e *apiError
+		reason, e = enumParam(form, "cancellation_reason", cancellationReasons)
+		return e
 	}
 	act := func() (savedResponse, bool) {
-		s.mu.Lock()
-		pi, ok := s.byID[id]
-		if !ok {
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
-				Message: "No such payment_intent: '" + id + "'"})
-		}
-		if !slices.Contains(cancelable, pi.Status) {
-			wire := pi.wire()
-			status := pi.Status
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
-				Message:       "You cannot cancel this PaymentIntent because it has a status of " + status + ". Only a PaymentIntent with one of the following statuses may be canceled: " + strings.Join(cancelable, ", ") + ".",
-				DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
-				PaymentIntent: wire})
-		}
-		pi.Status = "canceled"
-		pi.CancellationReason = reason
-		pi.CanceledAt = s.now()
-		pi.AmountCapturable = 0
-		body, _ := json.Marshal(pi.wire())
-		s.mu.Unlock()
-		return savedResponse{status: http.StatusOK, body: body, requestID: reqID}, true
+		return s.changePaymentIntent(reqID, id, func(pi *PaymentIntent) *apiError {
+			if !slices.Contains(cancelable, pi.Status) {
+				return unexpectedState(pi, "You cannot cancel this PaymentIntent because it has a status of "+pi.Status+". Only a PaymentIntent with one of the following statuses may be canceled: "+strings.Join(cancelable, ", ")+".")
+			}
+			pi.Status = "canceled"
+			pi.CancellationReason = reason
+			pi.CanceledAt = s.now()
+			pi.AmountCapturable = 0
+			return nil
+		})
 	}
-	s.keyedPost(w, r, reqID, check, act)
+	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
+}
+
+// changePaymentIntent is the act of a POST on one PaymentIntent (capture,
+// cancel): under s.mu it looks id up, a 404 when there is none, and has
+// change check the PaymentIntent's state and change it. change's error is
+// a 400 refusal, nothing changed; otherwise the answer is the changed
+// PaymentIntent, saved.
+func (s *Server) changePaymentIntent(reqID, id string, change func(pi *PaymentIntent) *apiError) (savedResponse, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi, ok := s.byID[id]
+	if !ok {
+		return refusal(reqID, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "intent",
+			Message: "No such payment_intent: '" + id + "'"})
+	}
+	if e := change(pi); e != nil {
+		return refusal(reqID, http.StatusBadRequest, *e)
+	}
+	return success(reqID, pi.wire())
+}
+
+// unexpectedState refuses an action on pi in its current status. Stripe's
+// error carries the PaymentIntent, so a client sees what it has become.
+func unexpectedState(pi *PaymentIntent, message string) *apiError {
+	return &apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state",
+		Message:       message,
+		DocURL:        "https://stripe.com/docs/error-codes/payment-intent-unexpected-state",
+		PaymentIntent: pi.wire()}
 }
 
 // SeedPaymentIntent stores pi as if it had been created earlier (by

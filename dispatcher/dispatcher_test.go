@@ -90,7 +90,14 @@ func (b *testBundle) config() *dispatcher.Config {
 
 func (b *testBundle) start(t *testing.T, cfg *dispatcher.Config) *dispatcher.Dispatcher {
 	t.Helper()
-	d, err := dispatcher.New(b.pool, cfg)
+	return b.startOn(t, b.pool, cfg)
+}
+
+// startOn starts a dispatcher on a pool of the test's database other than
+// b.pool (one whose connections a test cuts), stopped when t ends.
+func (b *testBundle) startOn(t *testing.T, pool *pgxpool.Pool, cfg *dispatcher.Config) *dispatcher.Dispatcher {
+	t.Helper()
+	d, err := dispatcher.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
@@ -129,18 +128,7 @@ func TestSettlementSurvivesALostConnection(t *testing.T) {
 	id := b.record(t, sendgridprovider.KindEmail, emailPayload)
 	cfg := b.config()
 	cfg.Providers = reg
-	d, err := dispatcher.New(dpool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
+	b.startOn(t, dpool, cfg)
 
 	s := b.waitSettled(t, id)
 	if s.State != intenttype.StateSucceeded || s.ProviderRef == "" {

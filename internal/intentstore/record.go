@@ -44,9 +44,6 @@ type InsertBatch struct {
 // Len is how many intents the batch holds.
 func (ib *InsertBatch) Len() int { return len(ib.keys) }
 
-// Key returns the i-th intent's key.
-func (ib *InsertBatch) Key(i int) string { return ib.keys[i] }
-
 // Add appends an intent.
 func (ib *InsertBatch) Add(in NewIntent) {
 	ib.keys = append(ib.keys, in.Key)
@@ -62,18 +59,9 @@ func (ib *InsertBatch) Add(in NewIntent) {
 	ib.traceStates = append(ib.traceStates, nullString(in.TraceState))
 }
 
-// QueueMarker adds the processed marker's insert to b; the callback learns
-// whether the marker is new (false: the message was processed already, or a
-// concurrent transaction holds it and committed).
-func QueueMarker(b *pgx.Batch, consumer, messageID string, isNew func(bool)) {
-	b.Queue(insertMarkerSQL, pgx.NamedArgs{"consumer": consumer, "message_id": messageID}).Exec(func(tag pgconn.CommandTag) error {
-		isNew(tag.RowsAffected() == 1)
-		return nil
-	})
-}
-
 // InsertMarker inserts a processed marker in tx and reports whether it is
-// new; see QueueMarker.
+// new (false: the message was processed already, or a concurrent
+// transaction held the marker and committed).
 func InsertMarker(ctx context.Context, tx pgx.Tx, consumer, messageID string) (bool, error) {
 	tag, err := tx.Exec(ctx, insertMarkerSQL, pgx.NamedArgs{"consumer": consumer, "message_id": messageID})
 	if err != nil {

@@ -139,13 +139,6 @@ func (s *Store) settleOnce(ctx context.Context, st Settlement) (Settled, error) 
 	return out, nil
 }
 
-// CompleteJob completes a running dispatch job whose intent needs no more
-// work (terminal, in_doubt, or gone), as River's JobCompleteTx would.
-func (s *Store) CompleteJob(ctx context.Context, jobID, intentID int64) error {
-	_, err := s.pool.Exec(ctx, completeJobSQL, pgx.NamedArgs{"job_id": jobID, "id": intentID})
-	return err
-}
-
 func nullString(s string) *string {
 	if s == "" {
 		return nil

@@ -234,6 +234,14 @@ func (e *Email) validate(now time.Time) error {
 	if err := e.validateContent(); err != nil {
 		return err
 	}
+	// The files alone, before decoding tens of megabytes of them.
+	files := 0
+	for _, a := range e.Attachments {
+		files += len(a.Content)
+	}
+	if files >= MaxMessageBytes-identityReserve {
+		return bad("attachments", "are %d bytes of base64; SendGrid takes less than %d (30MB) per email, attachments included", files, MaxMessageBytes)
+	}
 	for i, a := range e.Attachments {
 		if err := a.validate(fmt.Sprintf("attachments[%d]", i)); err != nil {
 			return err
@@ -275,12 +283,19 @@ func (e *Email) validate(now time.Time) error {
 			time.Unix(e.SendAt, 0).Sub(now).Round(time.Minute), MaxSendAtAhead, e.SendAt, latest.Unix())
 	}
 	// Last, as it encodes the whole request: every field above is sound.
-	if size := requestSize(e); size >= MaxMessageBytes-identityReserve {
+	return e.checkSize(MaxMessageBytes)
+}
+
+// checkSize refuses e when its request, with room for the intent's
+// identity, would reach limit bytes.
+func (e *Email) checkSize(limit int) error {
+	if size := requestSize(e); size >= limit-identityReserve {
 		field := ""
 		if len(e.Attachments) > 0 {
 			field = "attachments"
 		}
-		return bad(field, "makes a request of %d bytes; SendGrid takes less than %d (30MB) per email, attachments included, and %d are kept for the intent's identity", size, MaxMessageBytes, identityReserve)
+		return &providers.PayloadError{Kind: KindEmail, Field: field, Reason: fmt.Sprintf(
+			"makes a request of %d bytes; SendGrid takes less than %d (30MB) per email, attachments included, and %d are kept for the intent's identity", size, limit, identityReserve)}
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 // Package sendgridprovider is the outbox's adapter for SendGrid's v3 Mail
 // Send API, built on the official sendgrid-go SDK. It performs intents of
-// kind KindEmail, whose payload is an Email.
+// kind KindEmail, whose payload is an Email: plain or from a dynamic
+// template, to one or several personalizations, with attachments. One
+// intent is one request, which SendGrid accepts or refuses as a whole, and
+// which sends one email to each recipient.
 //
 // SendGrid keeps no idempotency of any kind, so the adapter declares none:
 // the dispatcher commits a write-ahead attempt before every call and never

@@ -8,7 +8,21 @@
 // requests are two emails. Faults from a fault.Injector are applied to
 // POST /v3/mail/send the way SendGrid would show them (see Config.Faults).
 //
+// An accepted request is recorded as an Email (one effect of its intent,
+// counted by EffectsFor) holding one Delivery per recipient: SendGrid sends
+// a copy to every to, cc and bcc address of every personalization
+// (DeliveriesFor counts them). Each Delivery keeps the dynamic template data
+// its personalization carried, the only data SendGrid renders a dynamic
+// template with, and the attachments' filenames. The double refuses, with
+// SendGrid's 400 and errors array, what SendGrid documents it refuses: the
+// limits on personalizations, recipients, custom_args, categories and
+// send_at, an address repeated in a request, attachments that are not
+// base64 or lack a filename, a template id its account does not have
+// (UnknownTemplateID, or any id not of a dynamic template).
+//
 // Differences from the real API that callers should know:
+//   - templates are not rendered: the double keeps the template id and the
+//     data instead, and has no legacy (non "d-") templates;
 //   - the Email Activity look-up is immediately consistent, where SendGrid's
 //     feed lags by seconds to minutes (the adapter never treats "not found"
 //     as proof, so tests lose nothing);

@@ -19,6 +19,10 @@ const (
 	MaxRecipients = 1000
 	// MaxPersonalizations is the most Personalizations an Email may have.
 	MaxPersonalizations = 1000
+	// MaxTemplateDataBytes bounds each personalization's
+	// dynamic_template_data as sent (Email.DynamicTemplateData merged with
+	// the personalization's own), encoded as JSON.
+	MaxTemplateDataBytes = 10000
 	// MaxMessageBytes bounds the request Perform sends, attachments
 	// included. SendGrid documents that "the total size of your email,
 	// including attachments, must be less than 30MB"; the adapter reads
@@ -368,6 +372,15 @@ func (e *Email) validateRecipients() error {
 		}
 		if len(p.DynamicTemplateData) > 0 && e.TemplateID == "" {
 			return bad(prefixes[i]+"dynamic_template_data", "needs template_id: only a dynamic template reads it")
+		}
+		if data := e.templateData(p); data != nil {
+			if b, err := json.Marshal(data); err == nil && len(b) > MaxTemplateDataBytes {
+				field := prefixes[i] + "dynamic_template_data"
+				if len(p.DynamicTemplateData) == 0 {
+					field = "dynamic_template_data"
+				}
+				return bad(field, "is %d bytes of JSON as sent (merged with the top-level data), more than SendGrid's %d per personalization", len(b), MaxTemplateDataBytes)
+			}
 		}
 	}
 	if total > MaxRecipients {

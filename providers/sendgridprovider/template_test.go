@@ -144,17 +144,21 @@ func TestValidateTemplatesAttachmentsPersonalizations(t *testing.T) {
 		many = append(many, fmt.Sprintf(`{"to":[{"email":"r%d@example.com"}]}`, i))
 	}
 	tooMany := strings.Join(many, ",") + `,{"to":[{"email":"one-more@example.com"}]}`
+	// {"k":"…"} is 8 bytes of JSON around the value: data(n) is n bytes.
+	data := func(n int) string { return `{"k":"` + strings.Repeat("x", n-8) + `"}` }
 	refused := map[string]string{
 		// templates
-		`{` + from + `,"template_id":"12345678-1234-1234-1234-123456789012",` + one + `}`:                         "template_id",
-		`{` + from + `,"template_id":"d-",` + one + `}`:                                                           "template_id",
-		`{` + from + `,"template_id":"d-abc def",` + one + `}`:                                                    "template_id",
-		`{` + tmpl + `,"text":"ignored",` + one + `}`:                                                             "text",
-		`{` + tmpl + `,"html":"<p>ignored</p>",` + one + `}`:                                                      "html",
-		`{` + tmpl + `,"subject":" ",` + one + `}`:                                                                "subject",
-		`{` + plain + `,` + one + `,"dynamic_template_data":{"a":1}}`:                                             "dynamic_template_data",
-		`{` + plain + `,"personalizations":[{"to":[{"email":"a@example.com"}],"dynamic_template_data":{"a":1}}]}`: "personalizations[0].dynamic_template_data",
-		`{` + tmpl + `,` + one + `,"dynamic_template_data":["not","an","object"]}`:                                "dynamic_template_data",
+		`{` + from + `,"template_id":"12345678-1234-1234-1234-123456789012",` + one + `}`:                          "template_id",
+		`{` + from + `,"template_id":"d-",` + one + `}`:                                                            "template_id",
+		`{` + from + `,"template_id":"d-abc def",` + one + `}`:                                                     "template_id",
+		`{` + tmpl + `,"text":"ignored",` + one + `}`:                                                              "text",
+		`{` + tmpl + `,"html":"<p>ignored</p>",` + one + `}`:                                                       "html",
+		`{` + tmpl + `,"subject":" ",` + one + `}`:                                                                 "subject",
+		`{` + plain + `,` + one + `,"dynamic_template_data":{"a":1}}`:                                              "dynamic_template_data",
+		`{` + plain + `,"personalizations":[{"to":[{"email":"a@example.com"}],"dynamic_template_data":{"a":1}}]}`:  "personalizations[0].dynamic_template_data",
+		`{` + tmpl + `,` + one + `,"dynamic_template_data":["not","an","object"]}`:                                 "dynamic_template_data",
+		`{` + tmpl + `,` + one + `,"dynamic_template_data":` + data(sendgridprovider.MaxTemplateDataBytes+1) + `}`: "dynamic_template_data",
+		`{` + tmpl + `,"personalizations":[{"to":[{"email":"a@example.com"}]},{"to":[{"email":"b@example.com"}],"dynamic_template_data":` + data(sendgridprovider.MaxTemplateDataBytes+1) + `}]}`: "personalizations[1].dynamic_template_data",
 		// personalizations
 		`{` + tmpl + `,` + one + `,"personalizations":[{"to":[{"email":"b@example.com"}]}]}`:                                                         "to",
 		`{` + tmpl + `,"bcc":[{"email":"x@example.com"}],"personalizations":[{"to":[{"email":"b@example.com"}]}]}`:                                   "bcc",
@@ -198,6 +202,7 @@ func TestValidateTemplatesAttachmentsPersonalizations(t *testing.T) {
 		`{` + tmpl + `,` + one + `}`,
 		`{` + tmpl + `,"subject":"Fallback subject",` + one + `,"dynamic_template_data":{"items":[{"sku":"A","qty":2}],"vip":true,"note":null}}`,
 		`{` + tmpl + `,"personalizations":[` + strings.Join(many, ",") + `]}`,
+		`{` + tmpl + `,` + one + `,"dynamic_template_data":` + data(sendgridprovider.MaxTemplateDataBytes) + `}`,
 		`{` + tmpl + `,"personalizations":[{"to":[{"email":"a@example.com"}]},{"to":[{"email":"b@example.com"}],"dynamic_template_data":{"x":"y"}}]}`,
 		`{` + att(`{"content":"aGVsbG8=","filename":"a.pdf"},{"content":"aGk=","filename":"logo.png","type":"image/png","disposition":"inline","content_id":"logo"}`) + `}`,
 		`{` + att(`{"content":"aGVsbG8=","filename":"notes.txt","type":"text/plain","disposition":"attachment"}`) + `}`,

@@ -78,6 +78,9 @@ const (
 	MaxRecipients = 1000
 	// MaxCategories is the most categories one email may have.
 	MaxCategories = 10
+	// MaxTemplateDataBytes: a personalization's dynamic_template_data, as
+	// JSON, may be at most this long.
+	MaxTemplateDataBytes = 10000
 	// MaxCustomArgsBytes: custom_args serialized as JSON must be smaller.
 	MaxCustomArgsBytes = 10000
 	// MaxSendAtAhead is how far in the future send_at may schedule an email.

@@ -277,6 +277,11 @@ func parseMailRequest(body []byte, now time.Time) (*mailRequest, []apiError) {
 		if size := customArgsSize(mergeArgs(req.CustomArgs, p.CustomArgs)); size >= MaxCustomArgsBytes {
 			add(fmt.Sprintf("personalizations.%d.custom_args", i), "The custom_args must be less than %d bytes in total; these are %d bytes.", MaxCustomArgsBytes, size)
 		}
+		if p.DynamicTemplateData != nil {
+			if b, _ := json.Marshal(p.DynamicTemplateData); len(b) > MaxTemplateDataBytes {
+				add(fmt.Sprintf("personalizations.%d.dynamic_template_data", i), "The dynamic_template_data must be no more than %d bytes; these are %d bytes.", MaxTemplateDataBytes, len(b))
+			}
+		}
 		if p.SendAt > now.Add(MaxSendAtAhead).Unix() {
 			add(fmt.Sprintf("personalizations.%d.send_at", i), "The send_at parameter cannot be scheduled more than 72 hours in advance.")
 		}

@@ -147,6 +147,7 @@ func TestRefusesBadTemplatesAndAttachments(t *testing.T) {
 		{"EmptyType", att(`{"content":"aGVsbG8=","filename":"a.pdf","type":""}`), "attachments.0.type", "at least one character"},
 		{"TypeWithSemicolon", att(`{"content":"aGVsbG8=","filename":"a.pdf","type":"text/plain; charset=utf-8"}`), "attachments.0.type", "can't contain ';'"},
 		{"BadDisposition", att(`{"content":"aGVsbG8=","filename":"a.pdf","disposition":"embedded"}`), "attachments.0.disposition", `either "inline" or "attachment"`},
+		{"TemplateDataTooLong", []byte(`{"personalizations":[{"to":[{"email":"a@example.com"}],"dynamic_template_data":{"k":"` + strings.Repeat("x", sendgriddouble.MaxTemplateDataBytes-7) + `"}}],"from":{"email":"shop@example.com"},"template_id":"` + tmplID + `"}`), "personalizations.0.dynamic_template_data", "no more than 10000 bytes"},
 		{"ContentIDCRLF", att(`{"content":"aGVsbG8=","filename":"a.png","disposition":"inline","content_id":"a\nb"}`), "attachments.0.content_id", "CRLF"},
 	} {
 		resp, err := sendBody(t, s, sendgriddouble.DefaultAPIKey, tc.body)

@@ -160,7 +160,7 @@ func (s *Store) Act(ctx context.Context, a OperatorAction) error {
 		if a.Kind == ActionResend {
 			return s.EnqueueTx(ctx, tx, []int64{a.IntentID})
 		}
-		return nil
+		return s.orderSettledTx(ctx, tx, a.IntentID)
 	})
 }
 

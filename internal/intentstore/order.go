@@ -1,0 +1,192 @@
+package intentstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Order is how a new intent is ordered among others (docs/DESIGN.md,
+// "Ordered intents"): the intents it comes after, by key, and its ordering
+// key. The caller (package intents) has validated it: every key names an
+// intent stored before this one, or one of the same call listed before it,
+// and the predecessors of one call form no cycle.
+type Order struct {
+	After       []OrderAfter `json:"after,omitempty"`
+	OrderingKey string       `json:"ordering_key,omitempty"`
+}
+
+// OrderAfter is one predecessor and the payload fields its result fills.
+type OrderAfter struct {
+	Key string `json:"key"`
+	// Fill maps a payload field to the predecessor's result that fills it
+	// ("provider_ref").
+	Fill map[string]string `json:"fill"`
+}
+
+// orderItem is one element of outbox_order_record's items.
+type orderItem struct {
+	Key string `json:"key"`
+	Order
+}
+
+// orderBatch gathers the order of an InsertBatch's intents, in the order
+// they are added (predecessors of one call first).
+type orderBatch struct {
+	items []orderItem
+}
+
+func (ob *orderBatch) add(key string, o *Order) {
+	if o == nil || (len(o.After) == 0 && o.OrderingKey == "") {
+		return
+	}
+	for i := range o.After {
+		if o.After[i].Fill == nil {
+			o.After[i].Fill = map[string]string{}
+		}
+	}
+	ob.items = append(ob.items, orderItem{Key: key, Order: *o})
+}
+
+// queueRecordOrder adds to b, after the statement that inserts ib's
+// intents, the one that applies their order (see recordOrderSQL); nothing
+// when none is ordered.
+func (s *Store) queueRecordOrder(b *pgx.Batch, ib *InsertBatch) {
+	if len(ib.order.items) == 0 {
+		return
+	}
+	items, err := json.Marshal(predecessorsFirst(ib.order.items))
+	if err != nil {
+		// Strings and maps of strings always marshal.
+		panic(fmt.Sprintf("intentstore: encode order: %v", err))
+	}
+	b.Queue(recordOrderSQL, pgx.NamedArgs{"items": string(items), "job_kind": s.job.kind})
+}
+
+// predecessorsFirst orders items so that each comes after the items it
+// names (outbox_order_record decides an item from its predecessors' states),
+// otherwise keeping their order. The caller refused cycles; were there one,
+// its items would keep their order.
+func predecessorsFirst(items []orderItem) []orderItem {
+	at := make(map[string]int, len(items))
+	for i, it := range items {
+		at[it.Key] = i
+	}
+	out := make([]orderItem, 0, len(items))
+	state := make([]byte, len(items)) // 0 unseen, 1 visiting, 2 placed
+	var place func(i int)
+	place = func(i int) {
+		if state[i] != 0 {
+			return
+		}
+		state[i] = 1
+		for _, a := range items[i].After {
+			if j, ok := at[a.Key]; ok {
+				place(j)
+			}
+		}
+		state[i] = 2
+		out = append(out, items[i])
+	}
+	for i := range items {
+		place(i)
+	}
+	return out
+}
+
+// queueOrderSettled adds to b the statement that releases or cancels the
+// intents waiting for intent id, if the statements queued before it (in
+// this transaction) finished it, and inserts the released intents'
+// dispatch jobs (see orderSettledSQL). It reads the intent's state when it
+// runs, so it is right whatever the earlier statements did, however many
+// settlements share the transaction, and when it is sent again.
+func (s *Store) queueOrderSettled(b *pgx.Batch, id int64) {
+	b.Queue(orderSettledSQL, s.jobArgs(pgx.NamedArgs{"id": id, "notice": s.job.notice}))
+}
+
+// orderSettledTx is queueOrderSettled in tx, for an operator's action.
+func (s *Store) orderSettledTx(ctx context.Context, tx pgx.Tx, id int64) error {
+	b := &pgx.Batch{}
+	s.queueOrderSettled(b, id)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("intentstore: release the intents after %d: %w", id, err)
+	}
+	return nil
+}
+
+// KnownKeys returns which of keys are stored, as seen by tx (intents
+// stored earlier in tx included).
+func KnownKeys(ctx context.Context, tx pgx.Tx, keys []string) (map[string]bool, error) {
+	rows, err := tx.Query(ctx, knownKeysSQL, pgx.NamedArgs{"keys": keys})
+	if err != nil {
+		return nil, fmt.Errorf("intentstore: look up keys: %w", err)
+	}
+	known := make(map[string]bool, len(keys))
+	var k string
+	_, err = pgx.ForEachRow(rows, []any{&k}, func() error {
+		known[k] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("intentstore: look up keys: %w", err)
+	}
+	return known, nil
+}
+
+// Dependency is one intent another comes after, for the audit.
+type Dependency struct {
+	// IntentID comes after AfterID.
+	IntentID int64 `json:"intent_id"`
+	AfterID  int64 `json:"after_id"`
+	// AfterKey and AfterState describe AfterID now.
+	AfterKey   string `json:"after_key"`
+	AfterState string `json:"after_state"`
+	// Fill maps payload fields to the results of AfterID that fill them.
+	Fill map[string]string `json:"fill,omitempty"`
+	// Satisfied is true once AfterID finished and the dependent was
+	// decided.
+	Satisfied bool `json:"satisfied"`
+}
+
+// Dependencies returns the intents id comes after, in id order.
+func (s *Store) Dependencies(ctx context.Context, id int64) ([]Dependency, error) {
+	rows, err := s.pool.Query(ctx, dependenciesSQL, pgx.NamedArgs{"id": id})
+	if err != nil {
+		return nil, fmt.Errorf("intentstore: read dependencies: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Dependency, error) {
+		var d Dependency
+		err := row.Scan(&d.IntentID, &d.AfterID, &d.AfterKey, &d.AfterState, &d.Fill, &d.Satisfied)
+		return d, err
+	})
+}
+
+// The statements of ordering. The procedural parts (a chain of
+// cancellations, a key's next turn) are the functions of migration 006,
+// which only this package calls.
+
+// recordOrderSQL applies the order of intents inserted earlier in the same
+// transaction: see outbox_order_record in migrations/006_ordering.up.sql.
+const recordOrderSQL = `SELECT outbox_order_record(@items::jsonb, @job_kind::text)`
+
+// orderSettledSQL releases (to pending, with a dispatch job inserted here,
+// as insertIntentsSQL inserts it) or cancels the intents waiting for @id,
+// if it is finished: see outbox_order_settled in
+// migrations/006_ordering.up.sql.
+const orderSettledSQL = `
+WITH inserted AS (
+    SELECT id FROM outbox_order_settled(@id::bigint, @notice::text) AS t(id)
+),
+` + insertJobsCTE + `
+SELECT count(*) FROM inserted`
+
+const knownKeysSQL = `SELECT idempotency_key FROM outbox_intents WHERE idempotency_key = ANY(@keys::text[])`
+
+const dependenciesSQL = `
+SELECT d.intent_id, d.after_id, a.idempotency_key, a.state, d.fill, d.satisfied
+FROM outbox_intent_dependencies d
+JOIN outbox_intents a ON a.id = d.after_id
+WHERE d.intent_id = @id
+ORDER BY d.after_id`

@@ -157,9 +157,9 @@ type inFlight struct {
 	// of the stream under test.
 	now, most       int
 	keyNow, keyMost int
-	order   []string
-	delay   time.Duration
-	handler http.Handler
+	order           []string
+	delay           time.Duration
+	handler         http.Handler
 }
 
 func (f *inFlight) ServeHTTP(w http.ResponseWriter, r *http.Request) {

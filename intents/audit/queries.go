@@ -62,18 +62,18 @@ SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
 FROM outbox_intents
 WHERE state IN ('pending', 'dispatching')`
 
-// activitySQL is Activity's one read: every intent that was pending or
-// dispatching at some point of the window, grouped by state and by the
+// activitySQL is Activity's one read: every intent that was waiting,
+// pending or dispatching at some point of the window, grouped by state and by the
 // buckets ($1 is the window's start, $2 a bucket's length in seconds) of
 // its creation (-1: before the window) and of its end (when it finished,
-// or last changed for an in_doubt one; NULL while still pending or
-// dispatching). Each branch is served by an index: the unfinished one on
+// or last changed for an in_doubt one; NULL while still waiting, pending
+// or dispatching). Each branch is served by an index: the unfinished one on
 // (state, created_at) and the one on finished_at.
 const activitySQL = `
 WITH touched AS (
     SELECT state, created_at, NULL::timestamptz AS ended_at
     FROM outbox_intents
-    WHERE state IN ('pending', 'dispatching')
+    WHERE state IN ('waiting', 'pending', 'dispatching')
   UNION ALL
     SELECT state, created_at, finished_at
     FROM outbox_intents

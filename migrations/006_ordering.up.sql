@@ -32,9 +32,8 @@ CREATE INDEX outbox_intents_ordering_idx ON outbox_intents (ordering_key, key_se
 -- recorders of one key (and the releases of its next intent), never those
 -- of other keys; last_seq numbers the key's intents.
 CREATE TABLE outbox_ordering_keys (
-    ordering_key   text   PRIMARY KEY,
-    last_seq       bigint NOT NULL,
-    last_intent_id bigint
+    ordering_key text   PRIMARY KEY,
+    last_seq     bigint NOT NULL
 );
 
 -- intent_id comes after after_id: it is performed only once after_id
@@ -68,24 +67,29 @@ $$;
 -- pending, each with its dispatch job and "recorded" event) in the calling
 -- transaction. items is an array of {"key", "ordering_key", "after":
 -- [{"key", "fill"}]}, a predecessor named in the same call listed before
--- its successors. Each item's predecessors are locked FOR SHARE (so none
+-- its successors. The predecessors named are locked FOR SHARE (so none
 -- finishes unseen: its settlement waits for this commit, then releases),
--- then its ordering keys' rows, in a fixed order. An item whose
--- predecessors all succeeded and whose key has no earlier unfinished intent
--- stays pending, its fields filled; one that waits becomes waiting, with
--- no dispatch job; one whose predecessor failed or was cancelled is
--- recorded cancelled, with the reason. The "recorded" event is rewritten
--- to name the state it was recorded in.
+-- then the ordering keys' rows, in a fixed order, and each keyed intent
+-- is numbered in its key. An intent whose predecessors all succeeded and
+-- whose key has no earlier unfinished intent stays pending, its fields
+-- filled; one that waits becomes waiting, with no dispatch job; one whose
+-- predecessor failed or was cancelled is recorded cancelled, with the
+-- reason. The "recorded" event is rewritten to name the state it was
+-- recorded in. Intents with only an ordering key (the common case, a
+-- stream) are handled a whole batch per statement; those with
+-- predecessors one by one.
 CREATE FUNCTION outbox_order_record(items jsonb, job_kind text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    item  jsonb;
+    ids   bigint[];
+    okeys text[];
+    gated boolean[];
     dep   jsonb;
+    item  jsonb;
     me    record;
     pred  record;
-    seq   bigint;
+    n     integer;
     waits integer;
-    gated boolean;
     why   text;
     waiting_on text[];
     new_state text;
@@ -94,15 +98,57 @@ BEGIN
     WHERE idempotency_key IN (SELECT d->>'key' FROM jsonb_array_elements(items) i, jsonb_array_elements(i->'after') d)
     ORDER BY id
     FOR SHARE;
-    INSERT INTO outbox_ordering_keys AS o (ordering_key, last_seq)
-    SELECT DISTINCT i->>'ordering_key', 0 FROM jsonb_array_elements(items) i WHERE i->>'ordering_key' IS NOT NULL
-    ORDER BY 1
-    ON CONFLICT (ordering_key) DO UPDATE SET last_seq = o.last_seq;
 
-    FOR item IN SELECT * FROM jsonb_array_elements(items) LOOP
-        SELECT id, idempotency_key INTO STRICT me FROM outbox_intents WHERE idempotency_key = item->>'key';
+    SELECT array_agg(i.id ORDER BY t.ord), array_agg(t.item->>'ordering_key' ORDER BY t.ord)
+    INTO ids, okeys
+    FROM jsonb_array_elements(items) WITH ORDINALITY AS t(item, ord)
+    JOIN outbox_intents i ON i.idempotency_key = t.item->>'key';
+    n := jsonb_array_length(items);
+    IF cardinality(ids) IS DISTINCT FROM n THEN
+        RAISE EXCEPTION 'outbox_order_record: % of % intents found', coalesce(cardinality(ids), 0), n;
+    END IF;
+
+    -- Lock the keys (sorted: recorders of several keys cannot deadlock) and
+    -- number the intents of each in order.
+    WITH counts AS (
+        SELECT ok, count(*) AS c FROM unnest(okeys) AS ok WHERE ok IS NOT NULL GROUP BY ok
+    ),
+    bumped AS (
+        INSERT INTO outbox_ordering_keys AS o (ordering_key, last_seq)
+        SELECT ok, c FROM counts ORDER BY ok
+        ON CONFLICT (ordering_key) DO UPDATE SET last_seq = o.last_seq + EXCLUDED.last_seq
+        RETURNING o.ordering_key, o.last_seq
+    ),
+    numbered AS (
+        SELECT u.id, u.ok, row_number() OVER (PARTITION BY u.ok ORDER BY u.ord) AS rn
+        FROM unnest(ids, okeys) WITH ORDINALITY AS u(id, ok, ord)
+        WHERE u.ok IS NOT NULL
+    )
+    UPDATE outbox_intents i
+    SET ordering_key = nb.ok, key_seq = b.last_seq - c.c + nb.rn
+    FROM numbered nb
+    JOIN bumped b ON b.ordering_key = nb.ok
+    JOIN counts c ON c.ok = nb.ok
+    WHERE i.id = nb.id;
+
+    -- An intent waits for its turn while an earlier one of its key is
+    -- unfinished (read after the key's lock: every earlier one is seen).
+    SELECT array_agg(g ORDER BY ord) INTO gated
+    FROM (
+        SELECT u.ord, EXISTS (
+            SELECT 1 FROM outbox_intents self, outbox_intents o
+            WHERE self.id = u.id AND o.ordering_key = self.ordering_key AND o.key_seq < self.key_seq
+              AND o.state IN ('waiting', 'pending', 'dispatching', 'in_doubt')) AS g
+        FROM unnest(ids) WITH ORDINALITY AS u(id, ord)
+    ) x;
+
+    -- Intents with predecessors, one by one, predecessors first: each is
+    -- decided before a successor of the same call reads its state.
+    FOR k IN 1 .. n LOOP
+        item := items->(k - 1);
+        CONTINUE WHEN coalesce(jsonb_array_length(item->'after'), 0) = 0;
+        SELECT id, idempotency_key INTO STRICT me FROM outbox_intents WHERE id = ids[k];
         waits := 0;
-        gated := false;
         why := NULL;
         waiting_on := '{}';
         FOR dep IN SELECT * FROM jsonb_array_elements(item->'after') LOOP
@@ -128,22 +174,10 @@ BEGIN
             INSERT INTO outbox_intent_dependencies (intent_id, after_id, fill, satisfied)
             VALUES (me.id, pred.id, coalesce(dep->'fill', '{}'), pred.state IN ('succeeded', 'failed', 'cancelled'));
         END LOOP;
-        IF item->>'ordering_key' IS NOT NULL THEN
-            UPDATE outbox_ordering_keys SET last_seq = last_seq + 1, last_intent_id = me.id
-            WHERE ordering_key = item->>'ordering_key'
-            RETURNING last_seq INTO seq;
-            UPDATE outbox_intents SET ordering_key = item->>'ordering_key', key_seq = seq WHERE id = me.id;
-            gated := EXISTS (
-                SELECT 1 FROM outbox_intents
-                WHERE ordering_key = item->>'ordering_key' AND key_seq < seq
-                  AND state IN ('waiting', 'pending', 'dispatching', 'in_doubt'));
-            IF gated THEN
-                waiting_on := waiting_on || format('the earlier intents of ordering key %s to finish', item->>'ordering_key');
-            END IF;
+        IF gated[k] THEN
+            waiting_on := waiting_on || format('the earlier intents of ordering key %s to finish', okeys[k]);
         END IF;
-        IF why IS NULL AND waits = 0 AND NOT gated THEN
-            CONTINUE;
-        END IF;
+        CONTINUE WHEN why IS NULL AND waits = 0 AND NOT gated[k];
         IF why IS NOT NULL THEN
             new_state := 'cancelled';
             why := 'recorded cancelled: ' || why;
@@ -153,14 +187,38 @@ BEGIN
             why := 'recorded; waits for ' || array_to_string(waiting_on, ', and ');
             UPDATE outbox_intents SET state = 'waiting', waiting_for = waits WHERE id = me.id;
         END IF;
+        gated[k] := false; -- decided
         DELETE FROM river_job
-        WHERE kind = job_kind AND args @> jsonb_build_object('intent_id', me.id) AND state = 'available';
+        WHERE unique_key = sha256(convert_to('&kind=' || job_kind || '&args={"intent_id":' || me.id::text || '}', 'UTF8'))
+          AND unique_states IS NOT NULL AND river_job_state_in_bitmask(unique_states, state);
         WITH recorded AS (
             DELETE FROM outbox_events WHERE intent_id = me.id AND to_state = 'pending' RETURNING actor
         )
         INSERT INTO outbox_events (intent_id, actor, to_state, reason)
         SELECT me.id, actor, new_state, why FROM recorded;
     END LOOP;
+
+    -- The others that wait for their turn, all at once.
+    WITH turn AS (
+        SELECT u.id, u.ok FROM unnest(ids, okeys, gated) AS u(id, ok, g) WHERE u.g
+    ),
+    waiting AS (
+        UPDATE outbox_intents i SET state = 'waiting' FROM turn WHERE i.id = turn.id
+    ),
+    jobs AS (
+        DELETE FROM river_job
+        WHERE unique_key IN (
+                SELECT sha256(convert_to('&kind=' || job_kind || '&args={"intent_id":' || id::text || '}', 'UTF8')) FROM turn)
+          AND unique_states IS NOT NULL AND river_job_state_in_bitmask(unique_states, state)
+    ),
+    recorded AS (
+        DELETE FROM outbox_events e USING turn
+        WHERE e.intent_id = turn.id AND e.to_state = 'pending'
+        RETURNING e.intent_id, e.actor, turn.ok
+    )
+    INSERT INTO outbox_events (intent_id, actor, to_state, reason)
+    SELECT intent_id, actor, 'waiting', format('recorded; waits for the earlier intents of ordering key %s to finish', ok)
+    FROM recorded;
 END;
 $$;
 

@@ -105,6 +105,9 @@ func TestRefundAfterADeclinedChargeIsCancelledAndNeverSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(d.After) != 1 || d.After[0].AfterID != charge || d.After[0].AfterState != intenttype.StateFailed || d.After[0].Fill["payment_intent"] != intents.ResultProviderRef {
+		t.Fatalf("audit's After = %+v, want the failed charge filling payment_intent", d.After)
+	}
 	last := d.Events[len(d.Events)-1]
 	if last.ToState != intenttype.StateCancelled || last.Actor != string(intenttype.ActorDispatcher) || !strings.Contains(last.Reason, want) {
 		t.Fatalf("audit's last event %+v", last)

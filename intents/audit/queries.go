@@ -8,7 +8,7 @@ package audit
 const intentColumns = `id, idempotency_key, kind, provider, name, coalesce(consumer, ''), coalesce(message_id, ''),
     coalesce(reference, ''), payload, state, attempt_count, coalesce(provider_ref, ''), coalesce(last_error, ''),
     created_at, updated_at, finished_at, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
-    may_have_acted, recheck_at`
+    may_have_acted, recheck_at, coalesce(ordering_key, '')`
 
 // listIntentsSQL is List's keyset query: a NULL parameter does not filter;
 // $9 is the id of the previous page's last intent.
@@ -36,6 +36,14 @@ const intentByKeySQL = `
 SELECT ` + intentColumns + `
 FROM outbox_intents
 WHERE idempotency_key = $1`
+
+// afterSQL lists the intents one comes after (intents.After).
+const afterSQL = `
+SELECT d.after_id, a.idempotency_key, a.state, d.fill
+FROM outbox_intent_dependencies d
+JOIN outbox_intents a ON a.id = d.after_id
+WHERE d.intent_id = $1
+ORDER BY d.after_id`
 
 const attemptsSQL = `
 SELECT id, intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0),

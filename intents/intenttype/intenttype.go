@@ -91,6 +91,20 @@ type Intent struct {
 	// RecheckAt is when an in_doubt intent will next be looked up at its
 	// provider, if it will be.
 	RecheckAt *time.Time `json:"recheck_at,omitempty"`
+	// OrderingKey is the stream the intent was recorded in, if any.
+	OrderingKey string `json:"ordering_key,omitempty"`
+}
+
+// Dependency is one intent another comes after (intents.After), as an
+// operator sees it.
+type Dependency struct {
+	// AfterID is the intent it comes after, AfterKey its key and
+	// AfterState its state now.
+	AfterID    int64  `json:"after_id"`
+	AfterKey   string `json:"after_key"`
+	AfterState State  `json:"after_state"`
+	// Fill maps payload fields to the results of AfterID that fill them.
+	Fill map[string]string `json:"fill,omitempty"`
 }
 
 // Attempt is one try at an intent, as stored in outbox_attempts. Outcome is

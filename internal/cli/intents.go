@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -336,6 +337,16 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) erro
 	}
 	if in.MayHaveActed {
 		fmt.Fprintf(tw, "may have acted\tyes: an attempt may have reached the provider\n")
+	}
+	if in.OrderingKey != "" {
+		fmt.Fprintf(tw, "ordering key\t%s\n", termtext.Line(in.OrderingKey))
+	}
+	for _, dep := range d.After {
+		fill := ""
+		for _, f := range slices.Sorted(maps.Keys(dep.Fill)) {
+			fill += fmt.Sprintf(", fills %s from its %s", termtext.Line(f), termtext.Line(dep.Fill[f]))
+		}
+		fmt.Fprintf(tw, "comes after\tintent %d (%s), now %s%s\n", dep.AfterID, termtext.Line(dep.AfterKey), dep.AfterState, fill)
 	}
 	fmt.Fprintf(tw, "last error\t%s\n", orDash(oneLine(in.LastError, 500)))
 	fmt.Fprintf(tw, "created\t%s (%s ago)\n", stamp(in.CreatedAt), age(now.Sub(in.CreatedAt)))

@@ -355,16 +355,16 @@ type model struct {
 	ops   *audit.Store
 	sgRec bool
 
-	mu      sync.Mutex
-	next    plan
-	calls   []callRec
+	mu    sync.Mutex
+	next  plan
+	calls []callRec
 	// inFlight counts the calls in flight per ordering key; violations
 	// are what the provider wrapper saw at a call that order forbids.
 	inFlight   map[string]int
 	violations []string
-	intents []modelIntent
-	zombies []*zombie
-	actions []string
+	intents    []modelIntent
+	zombies    []*zombie
+	actions    []string
 }
 
 func (m *model) takePlan() plan {

@@ -225,3 +225,53 @@ func slicesEqual[T comparable](a, b []T) bool {
 	}
 	return true
 }
+
+// A batch's messages on one key are numbered in batch order and wait for
+// each other; RecordTx orders by name within its call.
+func TestOrderInABatchAndInRecordTx(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	msgs := []intents.Message{{Consumer: "shop", ID: "b1"}, {Consumer: "shop", ID: "b2"}, {Consumer: "shop", ID: "b3"}}
+	res, err := b.client.ConsumeBatch(ctx, msgs, func(_ context.Context, _ pgx.Tx, _ intents.Message, rec *intents.Recorder) error {
+		in := charge("")
+		in.OrderingKey = "cus_batch"
+		return rec.Record(in)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		var state intenttype.State
+		var seq int64
+		if err := b.pool.QueryRow(ctx, `SELECT state, key_seq FROM outbox_intents WHERE id = $1`, r.Intents[0].ID).Scan(&state, &seq); err != nil {
+			t.Fatal(err)
+		}
+		want := intenttype.StateWaiting
+		if i == 0 {
+			want = intenttype.StatePending
+		}
+		if state != want || seq != int64(i+1) {
+			t.Fatalf("message %d's intent is %s, number %d in its key; want %s, number %d", i, state, seq, want, i+1)
+		}
+	}
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	recs, err := b.client.RecordTx(ctx, tx, refund(intents.After{Name: "charge", Fill: fillPI}), charge("charge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.ordered(t, recs[0].ID); r.State != intenttype.StateWaiting || r.WaitingFor != 1 {
+		t.Fatalf("refund recorded before its charge in one RecordTx = %+v, want waiting for it", r)
+	}
+	if r := b.ordered(t, recs[1].ID); r.State != intenttype.StatePending {
+		t.Fatalf("charge = %+v, want pending", r)
+	}
+}

@@ -96,20 +96,28 @@ func predecessorsFirst(items []orderItem) []orderItem {
 	return out
 }
 
-// queueOrderSettled adds to b the statement that releases or cancels the
-// intents waiting for intent id, if the statements queued before it (in
-// this transaction) finished it, and inserts the released intents'
-// dispatch jobs (see orderSettledSQL). It reads the intent's state when it
-// runs, so it is right whatever the earlier statements did, however many
+// queueOrderSettled adds to b, after a settlement's statements, the
+// statement that releases or cancels the intents waiting for its intent if
+// it finished it, and inserts the released intents' dispatch jobs (see
+// orderSettledSQL); nothing for a settlement that does not finish it. The
+// statement reads the intent's state when it runs, so it is right whatever
+// the earlier statements did (a guard that no longer held), however many
 // settlements share the transaction, and when it is sent again.
-func (s *Store) queueOrderSettled(b *pgx.Batch, id int64) {
+func (s *Store) queueOrderSettled(b *pgx.Batch, st Settlement) {
+	if st.To.Terminal() {
+		s.queueReleaseAfter(b, st.Row.ID)
+	}
+}
+
+func (s *Store) queueReleaseAfter(b *pgx.Batch, id int64) {
 	b.Queue(orderSettledSQL, s.jobArgs(pgx.NamedArgs{"id": id, "notice": s.job.notice}))
 }
 
-// orderSettledTx is queueOrderSettled in tx, for an operator's action.
+// orderSettledTx releases or cancels, in tx, the intents waiting for
+// intent id, which an operator's action may have finished.
 func (s *Store) orderSettledTx(ctx context.Context, tx pgx.Tx, id int64) error {
 	b := &pgx.Batch{}
-	s.queueOrderSettled(b, id)
+	s.queueReleaseAfter(b, id)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("intentstore: release the intents after %d: %w", id, err)
 	}

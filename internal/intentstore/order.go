@@ -183,9 +183,14 @@ const recordOrderSQL = `SELECT outbox_order_record(@items::jsonb, @job_kind::tex
 // as insertIntentsSQL inserts it) or cancels the intents waiting for @id,
 // if it is finished: see outbox_order_settled in
 // migrations/006_ordering.up.sql.
+// An intent that has no ordering key and that nothing comes after (most
+// intents) skips the function.
 const orderSettledSQL = `
 WITH inserted AS (
-    SELECT id FROM outbox_order_settled(@id::bigint, @notice::text) AS t(id)
+    SELECT t.id
+    FROM outbox_intents i, LATERAL outbox_order_settled(i.id, @notice::text) AS t(id)
+    WHERE i.id = @id::bigint
+      AND (i.ordering_key IS NOT NULL OR EXISTS (SELECT 1 FROM outbox_intent_dependencies d WHERE d.after_id = i.id))
 ),
 ` + insertJobsCTE + `
 SELECT count(*) FROM inserted`

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/providers"
 )
@@ -103,6 +104,7 @@ func (c *Client) checkOrder(in Intent, payload []byte) ([]byte, error) {
 		return nil, &OrderError{After: -1, Reason: fmt.Sprintf("must be at most %d printable characters", MaxOrderingKeyLength), Err: ErrBadOrder}
 	}
 	var fills map[string]json.RawMessage
+	firstFill := -1
 	for i, a := range in.After {
 		bad := func(reason string) error {
 			return &OrderError{After: i, Ref: refOf(a), Reason: reason, Err: ErrBadOrder}
@@ -112,8 +114,8 @@ func (c *Client) checkOrder(in Intent, payload []byte) ([]byte, error) {
 			return nil, &OrderError{After: i, Reason: "set exactly one of name and key", Err: ErrBadOrder}
 		case a.Name != "" && (len(a.Name) > MaxNameLength || !namePattern.MatchString(a.Name)):
 			return nil, bad(fmt.Sprintf("name must be 1 to %d letters, digits, '_', '.' or '-'", MaxNameLength))
-		case a.Key != "" && (len(a.Key) > 255 || !printable(a.Key)):
-			return nil, bad("key must be 1 to 255 printable characters")
+		case a.Key != "" && (len(a.Key) > intenttype.MaxKeyLength || !printable(a.Key)):
+			return nil, bad(fmt.Sprintf("key must be 1 to %d printable characters", intenttype.MaxKeyLength))
 		}
 		for _, field := range sortedKeys(a.Fill) {
 			if a.Fill[field] != ResultProviderRef {
@@ -123,7 +125,7 @@ func (c *Client) checkOrder(in Intent, payload []byte) ([]byte, error) {
 				return nil, bad(fmt.Sprintf("fill: field %q must be a payload field's name", field))
 			}
 			if fills == nil {
-				fills = map[string]json.RawMessage{}
+				fills, firstFill = map[string]json.RawMessage{}, i
 			}
 			ph, err := c.placeholder(in.Kind, field)
 			if err != nil {
@@ -137,7 +139,7 @@ func (c *Client) checkOrder(in Intent, payload []byte) ([]byte, error) {
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &obj); err != nil || obj == nil {
-		return nil, &OrderError{After: 0, Reason: "fill needs a payload that is a JSON object", Err: ErrBadOrder}
+		return nil, &OrderError{After: firstFill, Ref: refOf(in.After[firstFill]), Reason: "fill needs a payload that is a JSON object", Err: ErrBadOrder}
 	}
 	for f, v := range fills {
 		obj[f] = v
@@ -240,7 +242,7 @@ func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent) err
 	if cycle := findCycle(local); cycle != nil {
 		names := make([]string, len(cycle))
 		for n, i := range cycle {
-			names[n] = strconvName(prepared[i])
+			names[n] = label(prepared[i])
 		}
 		p := prepared[cycle[0]]
 		j := slices.IndexFunc(p.after, func(a After) bool {
@@ -268,7 +270,7 @@ func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent) err
 	return nil
 }
 
-func strconvName(p preparedIntent) string {
+func label(p preparedIntent) string {
 	if p.name != "" {
 		return fmt.Sprintf("%q", p.name)
 	}

@@ -143,34 +143,6 @@ func KnownKeys(ctx context.Context, tx pgx.Tx, keys []string) (map[string]bool, 
 	return known, nil
 }
 
-// Dependency is one intent another comes after, for the audit.
-type Dependency struct {
-	// IntentID comes after AfterID.
-	IntentID int64 `json:"intent_id"`
-	AfterID  int64 `json:"after_id"`
-	// AfterKey and AfterState describe AfterID now.
-	AfterKey   string `json:"after_key"`
-	AfterState string `json:"after_state"`
-	// Fill maps payload fields to the results of AfterID that fill them.
-	Fill map[string]string `json:"fill,omitempty"`
-	// Satisfied is true once AfterID finished and the dependent was
-	// decided.
-	Satisfied bool `json:"satisfied"`
-}
-
-// Dependencies returns the intents id comes after, in id order.
-func (s *Store) Dependencies(ctx context.Context, id int64) ([]Dependency, error) {
-	rows, err := s.pool.Query(ctx, dependenciesSQL, pgx.NamedArgs{"id": id})
-	if err != nil {
-		return nil, fmt.Errorf("intentstore: read dependencies: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Dependency, error) {
-		var d Dependency
-		err := row.Scan(&d.IntentID, &d.AfterID, &d.AfterKey, &d.AfterState, &d.Fill, &d.Satisfied)
-		return d, err
-	})
-}
-
 // The statements of ordering. The procedural parts (a chain of
 // cancellations, a key's next turn) are the functions of migration 006,
 // which only this package calls.
@@ -196,10 +168,3 @@ WITH inserted AS (
 SELECT count(*) FROM inserted`
 
 const knownKeysSQL = `SELECT idempotency_key FROM outbox_intents WHERE idempotency_key = ANY(@keys::text[])`
-
-const dependenciesSQL = `
-SELECT d.intent_id, d.after_id, a.idempotency_key, a.state, d.fill, d.satisfied
-FROM outbox_intent_dependencies d
-JOIN outbox_intents a ON a.id = d.after_id
-WHERE d.intent_id = @id
-ORDER BY d.after_id`

@@ -334,6 +334,9 @@ type modelEnv struct {
 	stripe   *stripedouble.Server
 	sendgrid *sendgriddouble.Server
 	seq      atomic.Int64
+	// ordered counts, over the run, what the ordered intents went
+	// through: recorded waiting, released, cancelled by the dispatcher.
+	ordered [3]int
 }
 
 type modelIntent struct {
@@ -454,10 +457,37 @@ func TestModel(t *testing.T) {
 		}
 		m.finish(rt)
 	})
+	if err := env.countOrdered(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ordered intents: %d recorded waiting, %d released, %d cancelled by the dispatcher", env.ordered[0], env.ordered[1], env.ordered[2])
+	if !t.Failed() && (env.ordered[0] == 0 || env.ordered[1] == 0 || env.ordered[2] == 0) {
+		t.Errorf("the run never exercised one of waiting, release and cancellation by the dispatcher: %v", env.ordered)
+	}
+}
+
+// countOrdered adds the case's ordered intents to env.ordered, before the
+// next case truncates them.
+func (env *modelEnv) countOrdered(ctx context.Context) error {
+	var counts [3]int
+	if err := env.pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE from_state IS NULL AND to_state = 'waiting'),
+		count(*) FILTER (WHERE from_state = 'waiting' AND to_state = 'pending'),
+		count(*) FILTER (WHERE actor = 'dispatcher' AND from_state = 'waiting' AND to_state = 'cancelled')
+		FROM outbox_events`).Scan(&counts[0], &counts[1], &counts[2]); err != nil {
+		return err
+	}
+	for i, n := range counts {
+		env.ordered[i] += n
+	}
+	return nil
 }
 
 func (env *modelEnv) newCase(t *rapid.T) *model {
 	ctx := context.Background()
+	if err := env.countOrdered(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := env.pool.Exec(ctx, `TRUNCATE outbox_intents, outbox_processed_messages, outbox_ordering_keys, river_job CASCADE`); err != nil {
 		t.Fatal(err)
 	}

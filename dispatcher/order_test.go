@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,6 +162,7 @@ type inFlight struct {
 	now, most       int
 	keyNow, keyMost int
 	order           []string
+	ids             []string // the intents the creates were for, in the same order
 	delay           time.Duration
 	handler         http.Handler
 }
@@ -181,6 +183,7 @@ func (f *inFlight) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.keyMost = max(f.keyMost, f.keyNow)
 	}
 	f.order = append(f.order, line)
+	f.ids = append(f.ids, r.PostForm.Get("metadata["+providers.MetadataIntentID+"]"))
 	f.mu.Unlock()
 	time.Sleep(f.delay)
 	f.handler.ServeHTTP(w, r)
@@ -289,4 +292,74 @@ func (b *testBundle) eventReasons(t *testing.T, id int64) []string {
 		t.Fatal(err)
 	}
 	return reasons
+}
+
+// Recorders keep adding to a key while the dispatcher works through it: the
+// release and the recording race on the key, and none is stranded or
+// overtaken.
+func TestOrderingKeyHoldsWhileRecordersAndDispatcherRace(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	slow := &inFlight{delay: 5 * time.Millisecond, handler: b.stripe.Handler()}
+	srv := httptest.NewServer(slow)
+	t.Cleanup(srv.Close)
+	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := providers.NewRegistry(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := intents.NewClient(b.pool, &intents.Config{Providers: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.Providers = reg
+	cfg.MaxWorkers = 10
+	b.start(t, cfg)
+
+	const recorders, each = 4, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, recorders*each)
+	for r := range recorders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				_, err := rec.Consume(context.Background(), intents.Message{Consumer: "shop", ID: fmt.Sprintf("r%d-%d", r, i)},
+					func(ctx context.Context, tx pgx.Tx, rr *intents.Recorder) error {
+						return rr.Record(intents.Intent{Kind: stripeprovider.KindPaymentIntent, OrderingKey: "cus_busy",
+							Payload: json.RawMessage(`{"amount": 500, "currency": "usd", "customer": "cus_1", "payment_method": "pm_card_visa", "confirm": true, "metadata": {"order_line": "busy"}}`)})
+					})
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	testkit.WaitWithin(t, &wg, 60*time.Second)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 30*time.Second, "every intent of the key to succeed", func() bool {
+		return testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_intents WHERE ordering_key = 'cus_busy' AND state = 'succeeded'`) == recorders*each
+	})
+	rows, err := b.pool.Query(context.Background(), `SELECT id::text FROM outbox_intents WHERE ordering_key = 'cus_busy' ORDER BY key_seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.mu.Lock()
+	got := slices.Clone(slow.ids)
+	most := slow.keyMost
+	slow.mu.Unlock()
+	if !slices.Equal(got, want) || most != 1 {
+		t.Fatalf("the double saw %v (at most %d at once), want %v (the key's recorded order), one at a time", got, most, want)
+	}
 }

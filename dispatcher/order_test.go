@@ -363,3 +363,79 @@ func TestOrderingKeyHoldsWhileRecordersAndDispatcherRace(t *testing.T) {
 		t.Fatalf("the double saw %v (at most %d at once), want %v (the key's recorded order), one at a time", got, most, want)
 	}
 }
+
+// Refunds recorded by key while their charge is being performed: each
+// either waits and is released by the charge's settlement, or finds the
+// charge succeeded and is filled at once. None is stranded or sent early.
+func TestRefundsRecordedWhileTheirChargeSettles(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	slow := &inFlight{delay: 30 * time.Millisecond, handler: b.stripe.Handler()}
+	srv := httptest.NewServer(slow)
+	t.Cleanup(srv.Close)
+	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := providers.NewRegistry(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := intents.NewClient(b.pool, &intents.Config{Providers: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rec.Consume(context.Background(), intents.Message{Consumer: "shop", ID: "charge"},
+		func(ctx context.Context, tx pgx.Tx, r *intents.Recorder) error {
+			return r.Record(intents.Intent{Kind: stripeprovider.KindPaymentIntent, Payload: json.RawMessage(paymentPayload)})
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	charge := res.Intents[0]
+	cfg := b.config()
+	cfg.Providers = reg
+	b.start(t, cfg)
+
+	const n = 12
+	var wg sync.WaitGroup
+	ids := make([]int64, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 5 * time.Millisecond) // spread over the charge's call and settlement
+			res, err := rec.Consume(context.Background(), intents.Message{Consumer: "shop", ID: fmt.Sprintf("refund-%d", i)},
+				func(ctx context.Context, tx pgx.Tx, r *intents.Recorder) error {
+					return r.Record(intents.Intent{Kind: stripeprovider.KindRefund, Payload: json.RawMessage(`{"amount": 10}`),
+						After: []intents.After{{Key: charge.Key, Fill: map[string]string{"payment_intent": intents.ResultProviderRef}}}})
+				})
+			errs[i] = err
+			if err == nil {
+				ids[i] = res.Intents[0].ID
+			}
+		}()
+	}
+	testkit.WaitWithin(t, &wg, 60*time.Second)
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := b.waitDone(t, charge.ID)
+	for _, id := range ids {
+		if s := b.waitDone(t, id); s.State != intenttype.StateSucceeded {
+			t.Fatalf("refund %d = %+v, want succeeded", id, s)
+		}
+	}
+	refunds := b.stripe.Refunds()
+	if len(refunds) != n || b.stripe.Refunded(c.ProviderRef) != 10*n {
+		t.Fatalf("the double has %d refunds, %d refunded on %s; want %d of 10", len(refunds), b.stripe.Refunded(c.ProviderRef), c.ProviderRef, n)
+	}
+	for _, rf := range refunds {
+		if rf.PaymentIntent != c.ProviderRef {
+			t.Fatalf("refund %+v is not of the charge %s", rf, c.ProviderRef)
+		}
+	}
+}

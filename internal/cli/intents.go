@@ -38,7 +38,7 @@ func intentsSubcommands() []intentsSubcommand {
 		{"list", "list intents, newest first, filtered by state, kind, consumer, ...", runIntentsList},
 		{"show", "show one intent: its redacted payload, every attempt and its event log", runIntentsShow},
 		{"retry", "retry an in_doubt intent: perform it again (after checking the effect did not happen); alias: resend", runIntentsRetry},
-		{"cancel", "cancel a pending intent no attempt may have reached the provider for", runIntentsCancel},
+		{"cancel", "cancel a pending or waiting intent no attempt may have reached the provider for", runIntentsCancel},
 		{"resolve", "settle an in_doubt intent as succeeded or failed", runIntentsResolve},
 	}
 }
@@ -491,10 +491,12 @@ Examples:
 
 func runIntentsCancel(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("intents cancel", "intents cancel ID|KEY --reason TEXT [flags]\n   or: outboxd intents cancel --state pending [filters] --reason TEXT [--dry-run | --yes]", `
-Cancels a pending intent for good: it will not be attempted. Only while no
-attempt may have reached the provider: an intent an attempt may have acted
-for ends succeeded, or in_doubt for you to resolve. Any other state, or an
-attempt in flight: nothing changes, exit 1.
+Cancels a pending or waiting intent for good: it will not be attempted,
+and the intents waiting for it are cancelled with it (the next intent of
+its ordering key goes on). Only while no attempt may have reached the provider:
+an intent an attempt may have acted for ends succeeded, or in_doubt for
+you to resolve. Any other state, or an attempt in flight:
+nothing changes, exit 1.
 `+bulkHelp, env)
 	var af actionFlags
 	af.register(fs, env)

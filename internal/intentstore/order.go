@@ -66,9 +66,12 @@ func (s *Store) queueRecordOrder(b *pgx.Batch, ib *InsertBatch) {
 }
 
 // predecessorsFirst orders items so that each comes after the items it
-// names (outbox_order_record decides an item from its predecessors' states),
-// otherwise keeping their order. The caller refused cycles; were there one,
-// its items would keep their order.
+// names, otherwise keeping their order: outbox_order_record decides an
+// item from its predecessors' states, and numbers the items of an ordering
+// key in this order, so a key never makes an intent wait for one that
+// comes after it (intents of earlier calls have lower numbers already).
+// The caller refused cycles; were there one, its items would keep their
+// order.
 func predecessorsFirst(items []orderItem) []orderItem {
 	at := make(map[string]int, len(items))
 	for i, it := range items {

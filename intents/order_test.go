@@ -261,7 +261,12 @@ func TestOrderInABatchAndInRecordTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	recs, err := b.client.RecordTx(ctx, tx, refund(intents.After{Name: "charge", Fill: fillPI}), charge("charge"))
+	// The refund is passed first, and both share an ordering key: the key
+	// numbers the charge first all the same, or each would wait for the
+	// other forever.
+	rf, ch := refund(intents.After{Name: "charge", Fill: fillPI}), charge("charge")
+	rf.OrderingKey, ch.OrderingKey = "cus_tx", "cus_tx"
+	recs, err := b.client.RecordTx(ctx, tx, rf, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +277,6 @@ func TestOrderInABatchAndInRecordTx(t *testing.T) {
 		t.Fatalf("refund recorded before its charge in one RecordTx = %+v, want waiting for it", r)
 	}
 	if r := b.ordered(t, recs[1].ID); r.State != intenttype.StatePending {
-		t.Fatalf("charge = %+v, want pending", r)
+		t.Fatalf("charge = %+v, want pending (first in its key)", r)
 	}
 }

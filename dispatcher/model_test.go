@@ -24,7 +24,15 @@ package dispatcher
 //   - every event in outbox_events is an edge of intenttype.Transitions, by
 //     the right actor, and the events chain (claims and same-key retries
 //     are silent);
-//   - an operator action that is refused changes nothing.
+//   - an operator action that is refused changes nothing;
+//   - ordered intents (recorded after others, by name in a message or by
+//     key, and with ordering keys): no call is made for an intent before
+//     every intent it comes after succeeded, nor while an earlier intent
+//     of its ordering key is unfinished or another is in flight; from the
+//     doubles' records, a dependent's effect comes after its predecessors'
+//     and a key's effects come in recorded order; a waiting intent always
+//     has something unfinished to wait for (none is stranded), and none
+//     waits for an intent that failed or was cancelled.
 //
 // Model assumptions: the operator is truthful (resolves by what the double
 // shows, resends only what it does not have); a worker parked before its
@@ -237,14 +245,20 @@ func (p *modelProvider) Perform(ctx context.Context, req providers.Request) (pro
 			ctx = c
 		}
 	}
+	var orderKey string
 	if ctx.Err() == nil {
 		rec.Sent = true
 		rec.Reaches = pl.fault.reaches()
 		if pl.fault.Fault.Kind != fault.None {
 			p.inj.Push(pl.fault.Fault)
 		}
+		orderKey = m.checkOrderAtCall(req.IntentID)
 	}
 	res, err := p.Provider.Perform(ctx, req)
+	if rec.Sent {
+		// The call is over, whatever the worker does next (park, crash).
+		m.callDone(orderKey)
+	}
 	rec.Outcome = "ok"
 	if err != nil {
 		rec.Outcome = providers.Classify(err).Error()
@@ -258,6 +272,51 @@ func (p *modelProvider) Perform(ctx context.Context, req providers.Request) (pro
 		<-pl.zombie.release
 	}
 	return res, err
+}
+
+// checkOrderAtCall records a violation if a call for intent id goes out
+// before every intent it comes after succeeded, while an earlier intent of
+// its ordering key is unfinished, or while another call of its key is in
+// flight. It returns the intent's ordering key, counted in flight until
+// callDone.
+func (m *model) checkOrderAtCall(id int64) string {
+	var key string
+	var notSucceeded, earlierUnfinished int
+	err := m.env.pool.QueryRow(context.Background(), `
+SELECT coalesce(i.ordering_key, ''),
+    (SELECT count(*) FROM outbox_intent_dependencies d JOIN outbox_intents p ON p.id = d.after_id
+     WHERE d.intent_id = i.id AND p.state <> 'succeeded'),
+    (SELECT count(*) FROM outbox_intents o
+     WHERE o.ordering_key = i.ordering_key AND o.key_seq < i.key_seq AND o.state NOT IN ('succeeded', 'failed', 'cancelled'))
+FROM outbox_intents i WHERE i.id = $1`, id).Scan(&key, &notSucceeded, &earlierUnfinished)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inFlight == nil {
+		m.inFlight = map[string]int{}
+	}
+	switch {
+	case err != nil:
+		m.violations = append(m.violations, fmt.Sprintf("intent %d: reading its order at a call: %v", id, err))
+	case notSucceeded > 0:
+		m.violations = append(m.violations, fmt.Sprintf("intent %d: called while %d intents it comes after had not succeeded", id, notSucceeded))
+	case earlierUnfinished > 0:
+		m.violations = append(m.violations, fmt.Sprintf("intent %d: called while %d earlier intents of ordering key %q were unfinished", id, earlierUnfinished, key))
+	case key != "" && m.inFlight[key] > 0:
+		m.violations = append(m.violations, fmt.Sprintf("intent %d: called while another call of ordering key %q was in flight", id, key))
+	}
+	if key != "" {
+		m.inFlight[key]++
+	}
+	return key
+}
+
+func (m *model) callDone(key string) {
+	if key == "" {
+		return
+	}
+	m.mu.Lock()
+	m.inFlight[key]--
+	m.mu.Unlock()
 }
 
 // stillClaimed reports whether req's attempt still holds its intent.
@@ -275,12 +334,19 @@ type modelEnv struct {
 	stripe   *stripedouble.Server
 	sendgrid *sendgriddouble.Server
 	seq      atomic.Int64
+	// ordered counts, over the run, what the ordered intents went
+	// through: recorded waiting, released, cancelled by the dispatcher.
+	ordered [3]int
 }
 
 type modelIntent struct {
 	ID       int64
+	Key      string
 	Provider string
 	Payload  string // "ok", "declined", "email"
+	// After lists the intents it comes after; OrderingKey its stream.
+	After       []int64
+	OrderingKey string
 }
 
 // model is one case.
@@ -292,12 +358,16 @@ type model struct {
 	ops   *audit.Store
 	sgRec bool
 
-	mu      sync.Mutex
-	next    plan
-	calls   []callRec
-	intents []modelIntent
-	zombies []*zombie
-	actions []string
+	mu    sync.Mutex
+	next  plan
+	calls []callRec
+	// inFlight counts the calls in flight per ordering key; violations
+	// are what the provider wrapper saw at a call that order forbids.
+	inFlight   map[string]int
+	violations []string
+	intents    []modelIntent
+	zombies    []*zombie
+	actions    []string
 }
 
 func (m *model) takePlan() plan {
@@ -387,11 +457,38 @@ func TestModel(t *testing.T) {
 		}
 		m.finish(rt)
 	})
+	if err := env.countOrdered(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ordered intents: %d recorded waiting, %d released, %d cancelled by the dispatcher", env.ordered[0], env.ordered[1], env.ordered[2])
+	if !t.Failed() && (env.ordered[0] == 0 || env.ordered[1] == 0 || env.ordered[2] == 0) {
+		t.Errorf("the run never exercised one of waiting, release and cancellation by the dispatcher: %v", env.ordered)
+	}
+}
+
+// countOrdered adds the case's ordered intents to env.ordered, before the
+// next case truncates them.
+func (env *modelEnv) countOrdered(ctx context.Context) error {
+	var counts [3]int
+	if err := env.pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE from_state IS NULL AND to_state = 'waiting'),
+		count(*) FILTER (WHERE from_state = 'waiting' AND to_state = 'pending'),
+		count(*) FILTER (WHERE actor = 'dispatcher' AND from_state = 'waiting' AND to_state = 'cancelled')
+		FROM outbox_events`).Scan(&counts[0], &counts[1], &counts[2]); err != nil {
+		return err
+	}
+	for i, n := range counts {
+		env.ordered[i] += n
+	}
+	return nil
 }
 
 func (env *modelEnv) newCase(t *rapid.T) *model {
 	ctx := context.Background()
-	if _, err := env.pool.Exec(ctx, `TRUNCATE outbox_intents, outbox_processed_messages, river_job CASCADE`); err != nil {
+	if err := env.countOrdered(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.pool.Exec(ctx, `TRUNCATE outbox_intents, outbox_processed_messages, outbox_ordering_keys, river_job CASCADE`); err != nil {
 		t.Fatal(err)
 	}
 	m := &model{env: env, clock: env.clock}
@@ -456,25 +553,63 @@ func (m *model) releaseAll() {
 
 // ---- actions ----
 
+// actRecord records a message of one intent or of two, the second after
+// the first by name; an intent may also come after one recorded before
+// (by key), and may have an ordering key.
 func (m *model) actRecord(t *rapid.T) {
-	kind := rapid.SampledFrom([]string{"payment", "declined_payment", "email"}).Draw(t, "intent")
-	k, payload, prov := stripeprovider.KindPaymentIntent, modelPayment, "stripe"
-	switch kind {
-	case "declined_payment":
-		payload = modelDeclined
-	case "email":
-		k, payload, prov = sendgridprovider.KindEmail, modelEmail, "sendgrid"
+	type drawn struct {
+		in intents.Intent
+		mi modelIntent
+	}
+	draw := func(name string) drawn {
+		kind := rapid.SampledFrom([]string{"payment", "declined_payment", "email"}).Draw(t, "intent")
+		k, payload, prov := stripeprovider.KindPaymentIntent, modelPayment, "stripe"
+		switch kind {
+		case "declined_payment":
+			payload = modelDeclined
+		case "email":
+			k, payload, prov = sendgridprovider.KindEmail, modelEmail, "sendgrid"
+		}
+		d := drawn{in: intents.Intent{Kind: k, Name: name, Payload: json.RawMessage(payload)}, mi: modelIntent{Provider: prov, Payload: kind}}
+		d.in.OrderingKey = rapid.SampledFrom([]string{"", "", "k1", "k2"}).Draw(t, "ordering_key")
+		d.mi.OrderingKey = d.in.OrderingKey
+		if len(m.intents) > 0 && rapid.IntRange(0, 3).Draw(t, "after_earlier") == 0 {
+			p := m.intents[rapid.IntRange(0, len(m.intents)-1).Draw(t, "after")]
+			d.in.After = append(d.in.After, intents.After{Key: p.Key})
+			d.mi.After = append(d.mi.After, p.ID)
+		}
+		return d
+	}
+	var msg []drawn
+	if rapid.IntRange(0, 2).Draw(t, "pair") == 0 {
+		first, second := draw("first"), draw("second")
+		second.in.After = append(second.in.After, intents.After{Name: "first"})
+		msg = []drawn{first, second}
+	} else {
+		msg = []drawn{draw("")}
 	}
 	res, err := m.rec.Consume(context.Background(), intents.Message{Consumer: "model", ID: fmt.Sprintf("m-%d-%d", os.Getpid(), m.env.seq.Add(1))},
 		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
-			return rec.Record(intents.Intent{Kind: k, Payload: json.RawMessage(payload)})
+			for _, d := range msg {
+				if err := rec.Record(d.in); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 	if err != nil {
 		t.Fatalf("record: %v", err)
 	}
-	id := res.Intents[0].ID
-	m.intents = append(m.intents, modelIntent{ID: id, Provider: prov, Payload: kind})
-	m.note(t, "record %s → intent %d", kind, id)
+	var desc []string
+	for i, d := range msg {
+		d.mi.ID, d.mi.Key = res.Intents[i].ID, res.Intents[i].Key
+		if i == 1 {
+			d.mi.After = append(d.mi.After, res.Intents[0].ID)
+		}
+		m.intents = append(m.intents, d.mi)
+		desc = append(desc, fmt.Sprintf("%s → intent %d (after %v, ordering key %q): %s", d.mi.Payload, d.mi.ID, d.mi.After, d.mi.OrderingKey, m.state(t, d.mi.ID)))
+	}
+	m.note(t, "record %s", strings.Join(desc, "; "))
 }
 
 // pick draws an intent in one of states (any state when none given); 0
@@ -786,6 +921,97 @@ func (m *model) check(t *rapid.T) {
 			t.Fatalf("intent %d: %s\n%s", r.ID, msg, m.report(r.ID))
 		}
 	}
+	m.mu.Lock()
+	violations := slices.Clone(m.violations)
+	m.mu.Unlock()
+	if len(violations) > 0 {
+		t.Fatalf("order violated at a call: %s\n%s", violations[0], m.report(0))
+	}
+	if id, msg := m.checkOrder(t); msg != "" {
+		t.Fatalf("intent %d: %s\n%s", id, msg, m.report(id))
+	}
+}
+
+// checkOrder checks the order from the doubles' records and the rows: a
+// dependent's first effect comes after its predecessors' (each succeeded),
+// a key's effects come in its recorded order, and every waiting intent has
+// something unfinished to wait for and nothing failed or cancelled.
+func (m *model) checkOrder(t *rapid.T) (int64, string) {
+	first := map[int64]time.Time{}
+	for _, pi := range m.env.stripe.PaymentIntents() {
+		if id, err := strconv.ParseInt(pi.Metadata[providers.MetadataIntentID], 10, 64); err == nil {
+			if at, ok := first[id]; !ok || pi.Created.Before(at) {
+				first[id] = pi.Created
+			}
+		}
+	}
+	for _, em := range m.env.sendgrid.Emails() {
+		if id, err := strconv.ParseInt(em.CustomArgs[providers.MetadataIntentID], 10, 64); err == nil {
+			if at, ok := first[id]; !ok || em.AcceptedAt.Before(at) {
+				first[id] = em.AcceptedAt
+			}
+		}
+	}
+	for _, in := range m.intents {
+		at, performed := first[in.ID]
+		if !performed {
+			continue
+		}
+		for _, p := range in.After {
+			pAt, ok := first[p]
+			if st := m.state(t, p); st != intenttype.StateSucceeded || !ok || pAt.After(at) {
+				return in.ID, fmt.Sprintf("performed at %s, but intent %d it comes after is %s with its effect at %v", at, p, st, pAt)
+			}
+		}
+	}
+	rows, err := m.env.pool.Query(context.Background(), `SELECT id, ordering_key FROM outbox_intents WHERE ordering_key IS NOT NULL ORDER BY ordering_key, key_seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type keyed struct {
+		ID  int64
+		Key string
+	}
+	byKey, err := pgx.CollectRows(rows, pgx.RowToStructByPos[keyed])
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]time.Time{}
+	for _, k := range byKey {
+		at, performed := first[k.ID]
+		if !performed {
+			continue
+		}
+		if at.Before(last[k.Key]) {
+			return k.ID, fmt.Sprintf("performed at %s, before an intent recorded earlier on ordering key %q (at %s)", at, k.Key, last[k.Key])
+		}
+		last[k.Key] = at
+	}
+	var id int64
+	var why string
+	err = m.env.pool.QueryRow(context.Background(), `
+SELECT i.id, CASE
+    WHEN EXISTS (SELECT 1 FROM outbox_intent_dependencies d JOIN outbox_intents p ON p.id = d.after_id
+                 WHERE d.intent_id = i.id AND p.state IN ('failed', 'cancelled'))
+        THEN 'waiting for an intent that failed or was cancelled'
+    ELSE 'waiting, but nothing it waits for is unfinished: stranded' END
+FROM outbox_intents i
+WHERE i.state = 'waiting' AND (
+    EXISTS (SELECT 1 FROM outbox_intent_dependencies d JOIN outbox_intents p ON p.id = d.after_id
+            WHERE d.intent_id = i.id AND p.state IN ('failed', 'cancelled'))
+    OR (NOT EXISTS (SELECT 1 FROM outbox_intent_dependencies d JOIN outbox_intents p ON p.id = d.after_id
+                    WHERE d.intent_id = i.id AND p.state <> 'succeeded')
+        AND NOT EXISTS (SELECT 1 FROM outbox_intents o
+                        WHERE o.ordering_key = i.ordering_key AND o.key_seq < i.key_seq
+                          AND o.state NOT IN ('succeeded', 'failed', 'cancelled'))))
+ORDER BY i.id LIMIT 1`).Scan(&id, &why)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, why
 }
 
 // silent reports whether an intent may move from a to b without an event:
@@ -856,8 +1082,8 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 		}
 		n++
 		if n == 1 {
-			if e.From != "" || e.To != "pending" {
-				return fmt.Sprintf("first event is %q → %q, want recorded as pending", e.From, e.To)
+			if e.From != "" || (e.To != "pending" && e.To != "waiting" && e.To != "cancelled") {
+				return fmt.Sprintf("first event is %q → %q, want recorded as pending, waiting or cancelled", e.From, e.To)
 			}
 			prev = e.To
 			continue

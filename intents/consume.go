@@ -272,6 +272,9 @@ func (c *Client) handle(ctx context.Context, tx pgx.Tx, msg Message, handler Han
 	if err := deriveKeys(msg, rec.pending); err != nil {
 		return nil, err
 	}
+	if err := resolveOrder(ctx, tx, rec.pending); err != nil {
+		return nil, err
+	}
 	return rec.pending, nil
 }
 

@@ -28,6 +28,13 @@
 // own marker and duplicate detection, the batch commits or rolls back as a
 // whole, and it costs three round trips however many messages it holds.
 //
+// An intent may come after others (Intent.After: a refund after its charge,
+// taking the charge's PaymentIntent id from its result) and may belong to a
+// stream whose intents are performed one at a time, in recorded order
+// (Intent.OrderingKey). Until its turn it is waiting; the transaction that
+// finishes the last intent it waits for releases it, or cancels it, with
+// the reason, when one it comes after failed or was cancelled.
+//
 // Code that records intents outside a message consumer (an HTTP handler that
 // creates a note and publishes NoteCreated) uses RecordTx inside its own
 // transaction.

@@ -49,6 +49,19 @@ type Intent struct {
 	// key is generated. Consume derives keys from the message and refuses an
 	// intent with Key set.
 	Key string
+	// After lists the intents this one comes after: it is performed only
+	// once each of them succeeded, and may take values from their results
+	// (see After). Names and keys that name no intent, an intent that comes
+	// after itself, and intents of one call that come after each other in a
+	// circle are refused with an *OrderError.
+	After []After
+	// OrderingKey puts the intent in a stream (a customer, an order): the
+	// intents that share an ordering key are performed one at a time, in
+	// the order their transactions recorded them, each once the previous
+	// one finished, whatever its outcome. An in_doubt one holds the stream
+	// until an operator resolves it. At most MaxOrderingKeyLength printable
+	// characters; empty: no stream.
+	OrderingKey string
 }
 
 // Recorded describes one stored intent.
@@ -95,6 +108,11 @@ type preparedIntent struct {
 	payload   []byte
 	reference string
 	key       string
+	// after and orderingKey are the intent's order as recorded; order, the
+	// same resolved to keys (resolveOrder).
+	after       []After
+	orderingKey string
+	order       *intentstore.Order
 }
 
 func (c *Client) prepare(index int, in Intent) (preparedIntent, error) {
@@ -117,11 +135,16 @@ func (c *Client) prepare(index int, in Intent) (preparedIntent, error) {
 	if len(payload) > c.config.MaxPayloadBytes {
 		return fail(fmt.Errorf("%w: %d bytes, the limit is %d", ErrPayloadTooLarge, len(payload), c.config.MaxPayloadBytes))
 	}
-	p, err := c.config.Providers.Validate(in.Kind, payload)
+	toValidate, err := c.checkOrder(in, payload)
 	if err != nil {
 		return fail(err)
 	}
-	return preparedIntent{index: index, kind: in.Kind, name: in.Name, provider: p, payload: payload, reference: in.Reference, key: in.Key}, nil
+	p, err := c.config.Providers.Validate(in.Kind, toValidate)
+	if err != nil {
+		return fail(err)
+	}
+	return preparedIntent{index: index, kind: in.Kind, name: in.Name, provider: p, payload: payload, reference: in.Reference, key: in.Key,
+		after: in.After, orderingKey: in.OrderingKey}, nil
 }
 
 func encodePayload(v any) ([]byte, error) {
@@ -173,6 +196,9 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, intents ...Intent) ([]
 			return nil, err
 		}
 		prepared = append(prepared, p)
+	}
+	if err := resolveOrder(ctx, tx, prepared); err != nil {
+		return nil, err
 	}
 	return c.insert(ctx, tx, nil, prepared, "recorder")
 }
@@ -228,7 +254,7 @@ func (pi *pendingInsert) add(ctx context.Context, msg *Message, prepared []prepa
 	for i := range prepared {
 		p := &prepared[i]
 		in := intentstore.NewIntent{Key: p.key, Kind: p.kind, Provider: p.provider.Name(), Name: p.name,
-			Payload: p.payload, Reference: p.reference, Actor: actor, TraceParent: traceParent, TraceState: traceState}
+			Payload: p.payload, Reference: p.reference, Actor: actor, TraceParent: traceParent, TraceState: traceState, Order: p.order}
 		if msg != nil {
 			in.Consumer, in.MessageID = msg.Consumer, msg.ID
 		}

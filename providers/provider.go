@@ -141,3 +141,20 @@ type Result struct {
 	// instead of acting again (Stripe's Idempotent-Replayed: true).
 	Replayed bool
 }
+
+// Filler is implemented by a provider whose payload fields may be filled at
+// dispatch from the result of an intent recorded before (intents.After's
+// Fill: a refund's payment_intent from its charge's provider reference).
+// FillPlaceholder returns a value of the form such a field takes (for
+// Stripe's payment_intent, a "pi_..." id), which Validate accepts in its
+// place when the intent is recorded, so the rest of the payload is
+// validated as usual; false when field cannot be filled. A provider that
+// does not implement Filler is validated with the JSON string
+// FillPlaceholder in each filled field.
+type Filler interface {
+	FillPlaceholder(kind, field string) (json.RawMessage, bool)
+}
+
+// FillPlaceholder is what a filled field holds while its payload is
+// validated, for a provider that is not a Filler.
+const FillPlaceholder = "filled-at-dispatch"

@@ -20,12 +20,13 @@ const ScrapeTimeout = 2 * time.Second
 // one pass over outbox_intents_unfinished_idx.
 const unfinishedSQL = `
 SELECT
+    count(*) FILTER (WHERE state = 'waiting'),
     count(*) FILTER (WHERE state = 'pending'),
     count(*) FILTER (WHERE state = 'dispatching'),
     count(*) FILTER (WHERE state = 'in_doubt'),
     coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0)::float8
 FROM outbox_intents
-WHERE state IN ('pending', 'dispatching', 'in_doubt')`
+WHERE state IN ('waiting', 'pending', 'dispatching', 'in_doubt')`
 
 // dbCollector reads gauges from PostgreSQL at scrape time.
 type dbCollector struct {
@@ -39,7 +40,7 @@ func newDBCollector(pool *pgxpool.Pool) *dbCollector {
 	return &dbCollector{
 		pool: pool,
 		intents: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "intents"),
-			"Intents now in each unfinished state (pending, dispatching, in_doubt), read from the database at scrape time.",
+			"Intents now in each unfinished state (waiting, pending, dispatching, in_doubt), read from the database at scrape time.",
 			[]string{"state"}, nil),
 		oldestPending: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", "oldest_pending_intent_age_seconds"),
 			"Age of the oldest pending intent (recorded, not yet performed), or 0 when none is pending.",
@@ -63,10 +64,10 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	// unfinished intents. Terminal states are left out on purpose: counting
 	// them would scan every intent kept for the audit;
 	// outbox_intents_finished_total counts them as they happen.
-	states := [...]intenttype.State{intenttype.StatePending, intenttype.StateDispatching, intenttype.StateInDoubt}
+	states := [...]intenttype.State{intenttype.StateWaiting, intenttype.StatePending, intenttype.StateDispatching, intenttype.StateInDoubt}
 	var counts [len(states)]int64
 	var oldest float64
-	err := c.pool.QueryRow(ctx, unfinishedSQL).Scan(&counts[0], &counts[1], &counts[2], &oldest)
+	err := c.pool.QueryRow(ctx, unfinishedSQL).Scan(&counts[0], &counts[1], &counts[2], &counts[3], &oldest)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return

@@ -64,8 +64,9 @@ func (s *Store) Resend(ctx context.Context, id int64, actor, reason string) (int
 	return s.Act(ctx, Action{Kind: ActionResend, IntentID: id, Actor: actor, Reason: reason})
 }
 
-// Cancel moves a pending intent to cancelled, for good, while no attempt
-// may have reached the provider for it. From any other state, with an
+// Cancel moves a pending or waiting intent to cancelled, for good, while no
+// attempt may have reached the provider for it; the intents waiting for it
+// are cancelled with it, in the same transaction. From any other state, with an
 // attempt in flight, or once an attempt may have acted: a
 // *TransitionError, nothing changed.
 func (s *Store) Cancel(ctx context.Context, id int64, actor, reason string) (intenttype.Intent, error) {

@@ -94,12 +94,12 @@ func TestIllegalTransitionsChangeNothing(t *testing.T) {
 		{intenttype.StatePending, audit.ActionResolve, intenttype.StateSucceeded, []intenttype.State{intenttype.StateInDoubt}},
 		{intenttype.StateFailed, audit.ActionResolve, intenttype.StateSucceeded, []intenttype.State{intenttype.StateInDoubt}},
 		{intenttype.StateSucceeded, audit.ActionResolve, intenttype.StateFailed, []intenttype.State{intenttype.StateInDoubt}},
-		{intenttype.StateFailed, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
-		{intenttype.StateSucceeded, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
-		{intenttype.StateDispatching, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
-		{intenttype.StateCancelled, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
+		{intenttype.StateFailed, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateWaiting}},
+		{intenttype.StateSucceeded, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateWaiting}},
+		{intenttype.StateDispatching, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateWaiting}},
+		{intenttype.StateCancelled, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateWaiting}},
 		// An in_doubt intent may have acted: it is resolved, never cancelled.
-		{intenttype.StateInDoubt, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending}},
+		{intenttype.StateInDoubt, audit.ActionCancel, "", []intenttype.State{intenttype.StatePending, intenttype.StateWaiting}},
 	} {
 		name := fmt.Sprintf("%s a %s intent", tc.action, tc.from)
 		id := b.record(t, "billing", fmt.Sprintf("illegal-%d", i), "", sendgridprovider.KindEmail, emailPayload)
@@ -269,7 +269,7 @@ func TestStatsCountsByStateAndKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantByState := map[intenttype.State]int{"pending": 2, "dispatching": 1, "succeeded": 1, "failed": 1, "in_doubt": 2, "cancelled": 0}
+	wantByState := map[intenttype.State]int{"pending": 2, "dispatching": 1, "succeeded": 1, "failed": 1, "in_doubt": 2, "cancelled": 0, "waiting": 0}
 	if fmt.Sprint(st.ByState) != fmt.Sprint(wantByState) || st.Total != 7 || st.InDoubt != 2 {
 		t.Errorf("Stats = %+v, want by state %v, 7 in all, 2 in doubt", st, wantByState)
 	}

@@ -28,12 +28,13 @@ type Activity struct {
 	// InDoubt counts the intents now in_doubt by the bucket they last
 	// changed in (when they became in_doubt, or were last looked up).
 	InDoubt []int `json:"in_doubt"`
-	// Backlog estimates how many intents were pending or dispatching at the
-	// end of each bucket. It is reconstructed from each intent's current
-	// state and times, so an intent that went back and forth (in_doubt,
-	// then resent) counts as waiting all along until it finished.
+	// Backlog estimates how many intents were waiting, pending or
+	// dispatching at the end of each bucket. It is reconstructed from each
+	// intent's current state and times, so an intent that went back and
+	// forth (in_doubt, then resent) counts as waiting all along until it
+	// finished.
 	Backlog []int `json:"backlog"`
-	// BacklogNow counts the intents pending or dispatching now.
+	// BacklogNow counts the intents waiting, pending or dispatching now.
 	BacklogNow int `json:"backlog_now"`
 }
 

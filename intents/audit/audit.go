@@ -148,6 +148,8 @@ type Detail struct {
 	Attempts []intenttype.Attempt `json:"attempts"`
 	// Events are oldest first.
 	Events []intenttype.Event `json:"events"`
+	// After lists the intents it comes after, by id; empty when none.
+	After []intenttype.Dependency `json:"after,omitempty"`
 	// HowToCheck says how to look the intent's effect up at its provider
 	// (HowToCheck).
 	HowToCheck Check `json:"how_to_check"`

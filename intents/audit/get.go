@@ -43,7 +43,21 @@ func (s *Store) Get(ctx context.Context, idOrKey string) (Detail, error) {
 		if err != nil {
 			return err
 		}
-		d.Events, err = pgx.CollectRows(rows, scanEvent)
+		if d.Events, err = pgx.CollectRows(rows, scanEvent); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, afterSQL, in.ID)
+		if err != nil {
+			return err
+		}
+		d.After, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (intenttype.Dependency, error) {
+			var dep intenttype.Dependency
+			err := row.Scan(&dep.AfterID, &dep.AfterKey, &dep.AfterState, &dep.Fill)
+			if len(dep.Fill) == 0 {
+				dep.Fill = nil
+			}
+			return dep, err
+		})
 		return err
 	})
 	if errors.Is(err, ErrNotFound) {

@@ -186,7 +186,7 @@ func scanIntent(row pgx.CollectableRow) (intenttype.Intent, error) {
 	err := row.Scan(&in.ID, &in.IdempotencyKey, &in.Kind, &in.Provider, &in.Name, &in.Consumer, &in.MessageID,
 		&in.Reference, &payload, &in.State, &in.AttemptCount, &in.ProviderRef, &in.LastError,
 		&in.CreatedAt, &in.UpdatedAt, &in.FinishedAt, &in.ProviderKey, &in.Namespace, &in.KeyGeneration,
-		&in.MayHaveActed, &in.RecheckAt)
+		&in.MayHaveActed, &in.RecheckAt, &in.OrderingKey)
 	in.Payload = payload
 	return in, err
 }

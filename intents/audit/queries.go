@@ -8,7 +8,7 @@ package audit
 const intentColumns = `id, idempotency_key, kind, provider, name, coalesce(consumer, ''), coalesce(message_id, ''),
     coalesce(reference, ''), payload, state, attempt_count, coalesce(provider_ref, ''), coalesce(last_error, ''),
     created_at, updated_at, finished_at, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
-    may_have_acted, recheck_at`
+    may_have_acted, recheck_at, coalesce(ordering_key, '')`
 
 // listIntentsSQL is List's keyset query: a NULL parameter does not filter;
 // $9 is the id of the previous page's last intent.
@@ -37,6 +37,14 @@ SELECT ` + intentColumns + `
 FROM outbox_intents
 WHERE idempotency_key = $1`
 
+// afterSQL lists the intents one comes after (intents.After).
+const afterSQL = `
+SELECT d.after_id, a.idempotency_key, a.state, d.fill
+FROM outbox_intent_dependencies d
+JOIN outbox_intents a ON a.id = d.after_id
+WHERE d.intent_id = $1
+ORDER BY d.after_id`
+
 const attemptsSQL = `
 SELECT id, intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0),
     coalesce(provider_ref, ''), replayed, coalesce(error, '')
@@ -62,18 +70,18 @@ SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
 FROM outbox_intents
 WHERE state IN ('pending', 'dispatching')`
 
-// activitySQL is Activity's one read: every intent that was pending or
-// dispatching at some point of the window, grouped by state and by the
+// activitySQL is Activity's one read: every intent that was waiting,
+// pending or dispatching at some point of the window, grouped by state and by the
 // buckets ($1 is the window's start, $2 a bucket's length in seconds) of
 // its creation (-1: before the window) and of its end (when it finished,
-// or last changed for an in_doubt one; NULL while still pending or
-// dispatching). Each branch is served by an index: the unfinished one on
+// or last changed for an in_doubt one; NULL while still waiting, pending
+// or dispatching). Each branch is served by an index: the unfinished one on
 // (state, created_at) and the one on finished_at.
 const activitySQL = `
 WITH touched AS (
     SELECT state, created_at, NULL::timestamptz AS ended_at
     FROM outbox_intents
-    WHERE state IN ('pending', 'dispatching')
+    WHERE state IN ('waiting', 'pending', 'dispatching')
   UNION ALL
     SELECT state, created_at, finished_at
     FROM outbox_intents

@@ -14,6 +14,12 @@ import (
 type State string
 
 const (
+	// StateWaiting: recorded after other intents (intents.After) or behind
+	// the earlier intents of its ordering key, and not released yet. No
+	// attempt is made and no dispatch job exists until the transaction that
+	// finishes the last of them moves it to pending (or, when one it comes
+	// after failed or was cancelled, to cancelled).
+	StateWaiting State = "waiting"
 	// StatePending: recorded and waiting for (another) attempt.
 	StatePending State = "pending"
 	// StateDispatching: an attempt was claimed (committed as started) and
@@ -27,12 +33,14 @@ const (
 	// StateInDoubt: an attempt's outcome is unknown and the provider could
 	// not tell us. It is never repeated without an operator.
 	StateInDoubt State = "in_doubt"
-	// StateCancelled: an operator cancelled it. Terminal.
+	// StateCancelled: an operator cancelled it, or an intent it comes
+	// after failed or was cancelled (the dispatcher, with the reason).
+	// Terminal.
 	StateCancelled State = "cancelled"
 )
 
 // States lists every state in diagram order.
-var States = []State{StatePending, StateDispatching, StateSucceeded, StateFailed, StateInDoubt, StateCancelled}
+var States = []State{StateWaiting, StatePending, StateDispatching, StateSucceeded, StateFailed, StateInDoubt, StateCancelled}
 
 // Terminal reports whether no further attempt will ever be made.
 func (s State) Terminal() bool {
@@ -83,6 +91,20 @@ type Intent struct {
 	// RecheckAt is when an in_doubt intent will next be looked up at its
 	// provider, if it will be.
 	RecheckAt *time.Time `json:"recheck_at,omitempty"`
+	// OrderingKey is the stream the intent was recorded in, if any.
+	OrderingKey string `json:"ordering_key,omitempty"`
+}
+
+// Dependency is one intent another comes after (intents.After), as an
+// operator sees it.
+type Dependency struct {
+	// AfterID is the intent it comes after, AfterKey its key and
+	// AfterState its state now.
+	AfterID    int64  `json:"after_id"`
+	AfterKey   string `json:"after_key"`
+	AfterState State  `json:"after_state"`
+	// Fill maps payload fields to the results of AfterID that fill them.
+	Fill map[string]string `json:"fill,omitempty"`
 }
 
 // Attempt is one try at an intent, as stored in outbox_attempts. Outcome is

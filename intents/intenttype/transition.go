@@ -20,7 +20,9 @@ type Transition struct {
 
 // Transitions is the intent's whole state diagram: every state change the
 // dispatcher or an operator may make. A pending intent that gets another
-// attempt is not a change of state and is not listed. The store that owns
+// attempt is not a change of state and is not listed, nor is recording (an
+// intent is recorded pending, or waiting when it comes after others, or
+// cancelled when one of those had already failed). The store that owns
 // the intent's rows refuses every other change.
 var Transitions = []Transition{
 	{StatePending, StateDispatching, ActorDispatcher, "an attempt claims the intent"},
@@ -39,6 +41,9 @@ var Transitions = []Transition{
 	{StateInDoubt, StateSucceeded, ActorOperator, "resolve: the operator found it at the provider"},
 	{StateInDoubt, StateFailed, ActorOperator, "resolve: the operator found it did not happen"},
 	{StatePending, StateCancelled, ActorOperator, "cancel, only while no attempt may have acted"},
+	{StateWaiting, StatePending, ActorDispatcher, "released: every intent it comes after succeeded and the earlier intents of its ordering key finished"},
+	{StateWaiting, StateCancelled, ActorDispatcher, "an intent it comes after failed or was cancelled"},
+	{StateWaiting, StateCancelled, ActorOperator, "cancel, before its turn came"},
 }
 
 // CanTransition reports whether by may move an intent from one state to

@@ -212,7 +212,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "e2e", "dispatch", "latency", "slow", "memory"}
+	return []string{"consume", "batch", "e2e", "dispatch", "ordered", "latency", "slow", "memory"}
 }
 
 // Row is one line of the table.
@@ -322,6 +322,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"batch", r.batchRows},
 		{"e2e", r.e2eRows},
 		{"dispatch", r.dispatchRows},
+		{"ordered", r.orderedRows},
 		{"latency", r.latencyRows},
 		{"slow", r.slowRows},
 		{"memory", r.memoryRows},

@@ -35,6 +35,9 @@ written to --out):
   dispatch   intents/s performed against zero-latency Stripe (keyed) and
              SendGrid (unkeyed) doubles, against hand-written pgx running
              only the outcome transaction, and River working no-op jobs
+  ordered    intents/s recorded and dispatched with ordering keys (50
+             keys, one intent of a key at a time), against the same
+             intents without ordering keys
   latency    consumer commit to provider call (p50, p99) at half the
              sustainable rate (measured first if e2e did not run) and at
              500 intents/s, against River's own insert-to-work latency

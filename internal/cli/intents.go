@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,7 +38,7 @@ func intentsSubcommands() []intentsSubcommand {
 		{"list", "list intents, newest first, filtered by state, kind, consumer, ...", runIntentsList},
 		{"show", "show one intent: its redacted payload, every attempt and its event log", runIntentsShow},
 		{"retry", "retry an in_doubt intent: perform it again (after checking the effect did not happen); alias: resend", runIntentsRetry},
-		{"cancel", "cancel a pending intent no attempt may have reached the provider for", runIntentsCancel},
+		{"cancel", "cancel a pending or waiting intent no attempt may have reached the provider for", runIntentsCancel},
 		{"resolve", "settle an in_doubt intent as succeeded or failed", runIntentsResolve},
 	}
 }
@@ -337,6 +338,16 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) erro
 	if in.MayHaveActed {
 		fmt.Fprintf(tw, "may have acted\tyes: an attempt may have reached the provider\n")
 	}
+	if in.OrderingKey != "" {
+		fmt.Fprintf(tw, "ordering key\t%s\n", termtext.Line(in.OrderingKey))
+	}
+	for _, dep := range d.After {
+		fill := ""
+		for _, f := range slices.Sorted(maps.Keys(dep.Fill)) {
+			fill += fmt.Sprintf(", fills %s from its %s", termtext.Line(f), termtext.Line(dep.Fill[f]))
+		}
+		fmt.Fprintf(tw, "comes after\tintent %d (%s), now %s%s\n", dep.AfterID, termtext.Line(dep.AfterKey), dep.AfterState, fill)
+	}
 	fmt.Fprintf(tw, "last error\t%s\n", orDash(oneLine(in.LastError, 500)))
 	fmt.Fprintf(tw, "created\t%s (%s ago)\n", stamp(in.CreatedAt), age(now.Sub(in.CreatedAt)))
 	fmt.Fprintf(tw, "updated\t%s\n", stamp(in.UpdatedAt))
@@ -480,10 +491,12 @@ Examples:
 
 func runIntentsCancel(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("intents cancel", "intents cancel ID|KEY --reason TEXT [flags]\n   or: outboxd intents cancel --state pending [filters] --reason TEXT [--dry-run | --yes]", `
-Cancels a pending intent for good: it will not be attempted. Only while no
-attempt may have reached the provider: an intent an attempt may have acted
-for ends succeeded, or in_doubt for you to resolve. Any other state, or an
-attempt in flight: nothing changes, exit 1.
+Cancels a pending or waiting intent for good: it will not be attempted,
+and the intents waiting for it are cancelled with it (the next intent of
+its ordering key goes on). Only while no attempt may have reached the provider:
+an intent an attempt may have acted for ends succeeded, or in_doubt for
+you to resolve. Any other state, or an attempt in flight:
+nothing changes, exit 1.
 `+bulkHelp, env)
 	var af actionFlags
 	af.register(fs, env)

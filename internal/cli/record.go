@@ -47,6 +47,13 @@ Each value:
                 "payload": {"amount": 500, "currency": "usd"},
                 "reference": "order-42"}]}
 
+An intent may come after others of its message (by "name") or recorded
+before (by "key"), taking fields from their results, and may belong to a
+stream performed one intent at a time ("ordering_key"):
+  {"kind": "stripe.refund", "name": "refund", "payload": {"amount": 200},
+   "after": [{"name": "payment", "fill": {"payment_intent": "provider_ref"}}],
+   "ordering_key": "cus_42"}
+
 A pretty-printed value must start its lines after the first indented, as
 jq and every JSON printer do: a line starting with '{' begins a new value.
 The database must be migrated (outboxd migrate); it is checked before any

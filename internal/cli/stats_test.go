@@ -26,9 +26,9 @@ func TestStatsCountsByStateAndKind(t *testing.T) {
 	}
 	wantContains(t, "stats", r.stdout, "KIND", "PENDING", "IN_DOUBT", "TOTAL", "in_doubt: 1", "intents list --state in_doubt", "oldest pending: 2h0m")
 	for _, row := range []string{
-		`(?m)^\s*sendgrid\.email\s+1\s+0\s+0\s+0\s+1\s+0\s+2\s*$`,
-		`(?m)^\s*stripe\.payment_intent\s+0\s+0\s+1\s+0\s+0\s+0\s+1\s*$`,
-		`(?m)^\s*all kinds\s+1\s+0\s+1\s+0\s+1\s+0\s+3\s*$`,
+		`(?m)^\s*sendgrid\.email\s+0\s+1\s+0\s+0\s+0\s+1\s+0\s+2\s*$`,
+		`(?m)^\s*stripe\.payment_intent\s+0\s+0\s+0\s+1\s+0\s+0\s+0\s+1\s*$`,
+		`(?m)^\s*all kinds\s+0\s+1\s+0\s+1\s+0\s+1\s+0\s+3\s*$`,
 	} {
 		if !regexp.MustCompile(row).MatchString(r.stdout) {
 			t.Errorf("stats has no row matching %s:\n%s", row, r.stdout)

@@ -28,6 +28,13 @@ import (
 //	 "intents": [{"kind": "stripe.payment_intent", "name": "payment",
 //	              "payload": {"amount": 500, "currency": "usd"},
 //	              "reference": "order-42"}]}
+//
+// An intent may come after others and belong to an ordering key
+// (intents.Intent's After and OrderingKey):
+//
+//	{"kind": "stripe.refund", "name": "refund", "payload": {"amount": 200},
+//	 "after": [{"name": "payment", "fill": {"payment_intent": "provider_ref"}}],
+//	 "ordering_key": "cus_42"}
 type Message struct {
 	MessageID string   `json:"message_id"`
 	Consumer  string   `json:"consumer"`
@@ -41,6 +48,10 @@ type Intent struct {
 	Name      string          `json:"name,omitempty"`
 	Payload   json.RawMessage `json:"payload"`
 	Reference string          `json:"reference,omitempty"`
+	// After names the intents it comes after, by name within the message
+	// or by key; OrderingKey puts it in a stream (intents.After).
+	After       []intents.After `json:"after,omitempty"`
+	OrderingKey string          `json:"ordering_key,omitempty"`
 }
 
 // ErrInvalidInput is wrapped by every *InputError.
@@ -152,7 +163,8 @@ func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, err
 				if len(in.Payload) == 0 {
 					return &InputError{Field: fmt.Sprintf("intents[%d].payload", i), Err: fmt.Errorf("intent %q (%s): \"payload\" is missing", in.Name, in.Kind)}
 				}
-				if err := rec.Record(intents.Intent{Kind: in.Kind, Name: in.Name, Payload: in.Payload, Reference: in.Reference}); err != nil {
+				if err := rec.Record(intents.Intent{Kind: in.Kind, Name: in.Name, Payload: in.Payload, Reference: in.Reference,
+					After: in.After, OrderingKey: in.OrderingKey}); err != nil {
 					return err
 				}
 			}
@@ -186,7 +198,14 @@ func classify(err error) error {
 		field := fmt.Sprintf("intents[%d]", intentErr.Index)
 		var payloadErr *providers.PayloadError
 		var bytesErr *bytecheck.Error
+		var orderErr *intents.OrderError
 		switch {
+		case errors.As(err, &orderErr):
+			if orderErr.After >= 0 {
+				field += fmt.Sprintf(".after[%d]", orderErr.After)
+			} else {
+				field += ".ordering_key"
+			}
 		case errors.As(err, &bytesErr):
 			field += ".payload"
 			if bytesErr.Path != "" {

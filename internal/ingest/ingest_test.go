@@ -42,6 +42,8 @@ func TestRecordJSONNamesTheFieldAndWritesNothing(t *testing.T) {
 		{"unknown kind", `{"message_id": "m", "consumer": "c", "intents": [{"kind": "fax", "payload": {}}]}`, "intents[0].kind"},
 		{"bad payload field", `{"message_id": "m", "consumer": "c", "intents": [` + email + `, {"kind": "stripe.payment_intent", "name": "p", "payload": {"amount": -1, "currency": "usd"}}]}`, "intents[1].payload.amount"},
 		{"missing payload", `{"message_id": "m", "consumer": "c", "intents": [{"kind": "sendgrid.email"}]}`, "intents[0].payload"},
+		{"after an unknown name", `{"message_id": "m", "consumer": "c", "intents": [` + email + `, {"kind": "stripe.refund", "name": "r", "payload": {"amount": 1}, "after": [{"name": "charge", "fill": {"payment_intent": "provider_ref"}}]}]}`, "intents[1].after[0]"},
+		{"bad ordering key", `{"message_id": "m", "consumer": "c", "intents": [{"kind": "sendgrid.email", "payload": {"from": {"email": "a@example.com"}, "to": [{"email": "b@example.com"}], "subject": "s", "text": "t"}, "ordering_key": "` + strings.Repeat("k", 201) + `"}]}`, "intents[0].ordering_key"},
 	} {
 		_, err := rec.RecordJSON(ctx, []byte(tc.body))
 		var inputErr *ingest.InputError

@@ -107,11 +107,21 @@ func (e *TransitionError) Error() string {
 // reached the provider for (a keyed intent waiting for its retry) cannot be
 // cancelled: the provider may have acted, so it can only end as succeeded,
 // or in_doubt for an operator to resolve.
+//
+// An action that finishes an intent (cancel, resolve) decides, in the same
+// transaction, the intents waiting for it (see order.go): released or
+// cancelled, as a settlement would.
 func (s *Store) Act(ctx context.Context, a OperatorAction) error {
 	allowed := a.Kind.AllowedFrom()
 	if allowed == nil {
 		return fmt.Errorf("intentstore: unknown action %q", a.Kind)
 	}
+	// Taking a waiting intent's ordering key can meet a settlement of the
+	// same key in a deadlock PostgreSQL breaks: the action is run again.
+	return retryTransient(ctx, func(ctx context.Context) error { return s.act(ctx, a, allowed) })
+}
+
+func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.State) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var current intenttype.State
 		var mayHaveActed bool
@@ -160,7 +170,7 @@ func (s *Store) Act(ctx context.Context, a OperatorAction) error {
 		if a.Kind == ActionResend {
 			return s.EnqueueTx(ctx, tx, []int64{a.IntentID})
 		}
-		return nil
+		return s.orderSettledTx(ctx, tx, a.IntentID)
 	})
 }
 

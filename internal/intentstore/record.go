@@ -29,6 +29,8 @@ type NewIntent struct {
 	// NULL.
 	TraceParent string
 	TraceState  string
+	// Order is how it is ordered among others (order.go); nil: not.
+	Order *Order
 }
 
 // InsertBatch gathers the intents one statement stores, possibly from
@@ -38,6 +40,7 @@ type InsertBatch struct {
 	keys, kinds, providers, names, payloads, actors []string
 	refs, consumers, messageIDs                     []*string
 	traceParents, traceStates                       []*string
+	order                                           orderBatch
 	IDs                                             []int64
 }
 
@@ -57,6 +60,7 @@ func (ib *InsertBatch) Add(in NewIntent) {
 	ib.messageIDs = append(ib.messageIDs, nullString(in.MessageID))
 	ib.traceParents = append(ib.traceParents, nullString(in.TraceParent))
 	ib.traceStates = append(ib.traceStates, nullString(in.TraceState))
+	ib.order.add(in.Key, in.Order)
 }
 
 // InsertMarker inserts a processed marker in tx and reports whether it is
@@ -119,6 +123,7 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 			"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
 		})).Query(collect)
 	}
+	s.queueRecordOrder(b, ib)
 	if s.notify.due() {
 		b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
 	}

@@ -124,6 +124,7 @@ func (s *Store) settleOnce(ctx context.Context, st Settlement) (Settled, error) 
 			"reason": fmt.Sprintf("attempt %d, taken over meanwhile, learnt that the provider performed it", st.Attempt),
 		}).QueryRow(func(row pgx.Row) error { return row.Scan(&adopted) })
 	}
+	s.queueOrderSettled(b, st)
 	if st.Enqueue {
 		b.Queue(enqueueSQL, s.jobArgs(pgx.NamedArgs{"ids": []int64{id}}))
 		b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})

@@ -471,3 +471,20 @@ func (p *Provider) getPaymentIntent(ctx context.Context, id string) (*stripe.Pay
 	}
 	return pi, nil
 }
+
+// paymentIntentPlaceholder stands for a PaymentIntent id filled at dispatch
+// while a payload is validated (FillPlaceholder).
+const paymentIntentPlaceholder = `"pi_FilledAtDispatch"`
+
+// FillPlaceholder implements providers.Filler: the payment_intent of a
+// refund, a capture or a cancel may be filled from the provider reference
+// of the charge it comes after (its PaymentIntent id).
+func (p *Provider) FillPlaceholder(kind, field string) (json.RawMessage, bool) {
+	switch kind {
+	case KindRefund, KindCapture, KindCancel:
+		if field == "payment_intent" {
+			return json.RawMessage(paymentIntentPlaceholder), true
+		}
+	}
+	return nil, false
+}

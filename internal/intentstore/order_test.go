@@ -1,0 +1,115 @@
+package intentstore_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/internal/pgtest"
+)
+
+// Waiting intents have no job and are not stranded; a settlement decides
+// the intents waiting for the one it finishes, down the chain, in its own
+// transaction, and sending it again changes nothing more.
+func TestSettlementReleasesAndCancelsWhatWaits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	store, err := intentstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ib intentstore.InsertBatch
+	add := func(key string, o *intentstore.Order) {
+		ib.Add(intentstore.NewIntent{Key: key, Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test", Order: o})
+	}
+	add("a", nil)
+	add("b", &intentstore.Order{After: []intentstore.OrderAfter{{Key: "a"}}})
+	add("c", &intentstore.Order{After: []intentstore.OrderAfter{{Key: "b"}}})
+	add("d", &intentstore.Order{OrderingKey: "K"})
+	add("e", &intentstore.Order{OrderingKey: "K"})
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &ib) }); err != nil {
+		t.Fatal(err)
+	}
+	a, b, c, d, e := ib.IDs[0], ib.IDs[1], ib.IDs[2], ib.IDs[3], ib.IDs[4]
+	state := func(id int64) (intenttype.State, string, int) {
+		t.Helper()
+		var s intenttype.State
+		var lastErr string
+		var jobs int
+		if err := pool.QueryRow(ctx, `SELECT state, coalesce(last_error, ''),
+			(SELECT count(*) FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id) AND state = 'available')
+			FROM outbox_intents i WHERE id = $1`, id).Scan(&s, &lastErr, &jobs); err != nil {
+			t.Fatal(err)
+		}
+		return s, lastErr, jobs
+	}
+	for _, id := range []int64{b, c, e} {
+		if s, _, jobs := state(id); s != intenttype.StateWaiting || jobs != 0 {
+			t.Fatalf("intent %d recorded %s with %d jobs, want waiting with none", id, s, jobs)
+		}
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM river_job`); err != nil {
+		t.Fatal(err)
+	}
+	stranded, err := store.Stranded(ctx, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(stranded, []int64{a, d}) {
+		t.Fatalf("stranded = %v, want only the pending %d and %d (never a waiting one)", stranded, a, d)
+	}
+
+	load := func(id int64) intentstore.Row {
+		r, err := store.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	fail := intentstore.Settlement{Row: load(a), From: intenttype.StatePending, To: intenttype.StateFailed, LastError: "refused", Reason: "attempts exhausted"}
+	if res, err := store.Settle(ctx, fail); err != nil || !res.Applied {
+		t.Fatalf("settle a: %+v, %v", res, err)
+	}
+	for _, w := range []struct {
+		id   int64
+		says string
+	}{{b, "intent " + itoa(a) + " (a) it comes after is failed"}, {c, "intent " + itoa(b) + " (b) it comes after is cancelled"}} {
+		if s, lastErr, _ := state(w.id); s != intenttype.StateCancelled || !strings.Contains(lastErr, w.says) {
+			t.Fatalf("intent %d = %s (%q), want cancelled saying %q", w.id, s, lastErr, w.says)
+		}
+	}
+	var events int
+	count := func() int {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&events); err != nil {
+			t.Fatal(err)
+		}
+		return events
+	}
+	before := count()
+	if res, err := store.Settle(ctx, fail); err != nil || res.Applied {
+		t.Fatalf("the same settlement again: %+v, %v; want not applied", res, err)
+	}
+	if after := count(); after != before {
+		t.Fatalf("the same settlement again wrote %d events", after-before)
+	}
+
+	if s, _, _ := state(e); s != intenttype.StateWaiting {
+		t.Fatalf("e = %s before d finished, want waiting", s)
+	}
+	done := intentstore.Settlement{Row: load(d), From: intenttype.StatePending, To: intenttype.StateSucceeded, Reason: "found"}
+	if _, err := store.Settle(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, jobs := state(e); s != intenttype.StatePending || jobs != 1 {
+		t.Fatalf("e = %s with %d jobs after d succeeded, want pending with its job", s, jobs)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -77,7 +77,7 @@ func HowToCheck(in intenttype.Intent) Check {
 		c.Search = strings.Join(parts, " AND ")
 		c.URL = sendgridActivity
 		c.Note = "In Email Activity, search by these custom args (the query works as is in the Email Activity API, GET /v3/messages?query=...). A message belongs to this intent only if " + both +
-			" and its recipient is the payload's (intents show --reveal shows it). Delivered or processed: resolve --as succeeded; none: retry."
+			" and its recipient is one of the payload's (intents show --reveal shows them; one request is accepted or refused whole, so one recipient's message proves all). Delivered or processed: resolve --as succeeded; none: retry."
 	default:
 		parts := make([]string, len(terms))
 		for i, t := range terms {

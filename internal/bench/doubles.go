@@ -104,23 +104,41 @@ func newArrivals() *arrivals {
 	return &arrivals{at: map[int64]time.Time{}, added: make(chan struct{})}
 }
 
-// front timestamps a request, then passes it on to next unchanged.
+// front timestamps a request, passes it on to next unchanged, and records
+// its arrival if the double accepted it: a call the double refused is no
+// effect, and a system whose calls are refused must not be measured as
+// fast.
 func (a *arrivals) front(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
+		id, keyed := int64(0), false
 		if r.Method == http.MethodPost {
 			body, err := io.ReadAll(r.Body)
 			if err == nil {
 				r.Body = io.NopCloser(bytes.NewReader(body))
 				if form, err := url.ParseQuery(string(body)); err == nil {
-					if id, err := strconv.ParseInt(form.Get("metadata["+stripeprovider.IntentIDMetadataKey+"]"), 10, 64); err == nil {
-						a.record(id, now)
-					}
+					id, err = strconv.ParseInt(form.Get("metadata["+stripeprovider.IntentIDMetadataKey+"]"), 10, 64)
+					keyed = err == nil
 				}
 			}
 		}
-		next.ServeHTTP(w, r)
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		if keyed && sw.status/100 == 2 {
+			a.record(id, now)
+		}
 	})
+}
+
+// statusWriter remembers the status a handler answered with.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
 }
 
 func (a *arrivals) record(id int64, at time.Time) {

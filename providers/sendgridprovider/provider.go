@@ -1,6 +1,9 @@
 // Package sendgridprovider is the outbox's adapter for SendGrid's v3 Mail
 // Send API, built on the official sendgrid-go SDK. It performs intents of
-// kind KindEmail, whose payload is an Email.
+// kind KindEmail, whose payload is an Email: plain or from a dynamic
+// template, to one or several personalizations, with attachments. One
+// intent is one request, which SendGrid accepts or refuses as a whole, and
+// which sends one email to each recipient.
 //
 // SendGrid keeps no idempotency of any kind, so the adapter declares none:
 // the dispatcher commits a write-ahead attempt before every call and never
@@ -203,8 +206,11 @@ func (p *Provider) Validate(kind string, payload json.RawMessage) error {
 	return err
 }
 
-// Redact masks recipients' addresses and names (to, cc, bcc, reply_to; the
-// sender is kept), replaces the bodies by their size and masks custom_args
+// Redact masks recipients' addresses and names (to, cc, bcc of every
+// personalization, reply_to; the sender is kept), replaces the bodies and
+// each attachment's content by their size (keeping filename, type and
+// disposition), replaces every value of dynamic_template_data by its size
+// (keeping the keys, the template's variable names) and masks custom_args
 // values whose key looks sensitive. A payload it cannot parse becomes
 // {"redacted":"unparseable payload"}.
 func (p *Provider) Redact(kind string, payload json.RawMessage) json.RawMessage {
@@ -247,6 +253,11 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 	body, err := json.Marshal(mailBody(email, req))
 	if err != nil {
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "cannot encode the request: " + err.Error()}
+	}
+	if len(body) >= MaxMessageBytes {
+		// Validate keeps room for the identity; this holds whatever it is.
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, DidNotAct: true,
+			Message: fmt.Sprintf("the request is %d bytes; SendGrid takes less than %d per email, attachments included", len(body), MaxMessageBytes)}
 	}
 	if providers.ContextEndedBeforeCall(ctx) {
 		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeRetry, Message: "not sent: " + ctx.Err().Error(), Err: ctx.Err(), DidNotAct: true}
@@ -378,28 +389,40 @@ type (
 		Name  string `json:"name,omitempty"`
 	}
 	sgPersonalization struct {
-		To  []sgAddress `json:"to"`
-		Cc  []sgAddress `json:"cc,omitempty"`
-		Bcc []sgAddress `json:"bcc,omitempty"`
+		To                  []sgAddress                `json:"to"`
+		Cc                  []sgAddress                `json:"cc,omitempty"`
+		Bcc                 []sgAddress                `json:"bcc,omitempty"`
+		DynamicTemplateData map[string]json.RawMessage `json:"dynamic_template_data,omitempty"`
 	}
 	sgContent struct {
 		Type  string `json:"type"`
 		Value string `json:"value"`
 	}
+	sgAttachment struct {
+		Content     string `json:"content"`
+		Filename    string `json:"filename"`
+		Type        string `json:"type,omitempty"`
+		Disposition string `json:"disposition,omitempty"`
+		ContentID   string `json:"content_id,omitempty"`
+	}
 	sgMail struct {
 		Personalizations []sgPersonalization `json:"personalizations"`
 		From             sgAddress           `json:"from"`
 		ReplyTo          *sgAddress          `json:"reply_to,omitempty"`
-		Subject          string              `json:"subject"`
-		Content          []sgContent         `json:"content"`
+		Subject          string              `json:"subject,omitempty"`
+		Content          []sgContent         `json:"content,omitempty"`
+		TemplateID       string              `json:"template_id,omitempty"`
+		Attachments      []sgAttachment      `json:"attachments,omitempty"`
 		Categories       []string            `json:"categories,omitempty"`
 		CustomArgs       map[string]string   `json:"custom_args"`
 		SendAt           int64               `json:"send_at,omitempty"`
 	}
 )
 
-// mailBody maps an Email to SendGrid's body: one personalization, text/plain
-// before text/html, and the intent's identity in custom_args.
+// mailBody maps an Email to SendGrid's body: its personalizations (one for
+// To, Cc and Bcc), each with its effective dynamic template data (SendGrid
+// has no top-level data to merge), text/plain before text/html, and the
+// intent's identity in custom_args.
 func mailBody(e *Email, req providers.Request) sgMail {
 	conv := func(list []Address) []sgAddress {
 		if len(list) == 0 {
@@ -411,13 +434,18 @@ func mailBody(e *Email, req providers.Request) sgMail {
 		}
 		return out
 	}
+	ps, _ := e.personalizations()
 	m := sgMail{
-		Personalizations: []sgPersonalization{{To: conv(e.To), Cc: conv(e.Cc), Bcc: conv(e.Bcc)}},
+		Personalizations: make([]sgPersonalization, len(ps)),
 		From:             sgAddress(*e.From),
 		Subject:          e.Subject,
+		TemplateID:       e.TemplateID,
 		Categories:       e.Categories,
 		CustomArgs:       make(map[string]string, len(e.CustomArgs)+3),
 		SendAt:           e.SendAt,
+	}
+	for i, p := range ps {
+		m.Personalizations[i] = sgPersonalization{To: conv(p.To), Cc: conv(p.Cc), Bcc: conv(p.Bcc), DynamicTemplateData: e.templateData(p)}
 	}
 	if e.ReplyTo != nil {
 		r := sgAddress(*e.ReplyTo)
@@ -428,6 +456,9 @@ func mailBody(e *Email, req providers.Request) sgMail {
 	}
 	if e.HTML != "" {
 		m.Content = append(m.Content, sgContent{Type: "text/html", Value: e.HTML})
+	}
+	for _, a := range e.Attachments {
+		m.Attachments = append(m.Attachments, sgAttachment(a))
 	}
 	for k, v := range e.CustomArgs {
 		m.CustomArgs[k] = v
@@ -447,9 +478,12 @@ func mailBody(e *Email, req providers.Request) sgMail {
 //
 // (only the key for an intent recorded before namespaces existed). Each
 // row SendGrid answers is one recipient of a matching email; found=true
-// needs a row whose recipient is one of the payload's (to, cc or bcc), and
-// carries the X-Message-Id part of its msg_id as ProviderRef. Rows for
-// other recipients only are a *providers.MismatchError, never adopted.
+// needs a row whose recipient is one of the payload's (to, cc or bcc of any
+// personalization), and carries the X-Message-Id part of its msg_id as
+// ProviderRef. One row is enough, whatever the number of recipients:
+// SendGrid accepts or refuses a request as a whole, so one recipient's
+// email proves them all accepted. Rows for other recipients only are a
+// *providers.MismatchError, never adopted.
 //
 // The activity feed is eventually consistent (an email can take minutes to
 // appear) and allows 6 requests a minute, so "not found" proves nothing: it
@@ -509,10 +543,17 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {
 		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: resp.StatusCode, Message: "undecodable activity response", Err: err}
 	}
+	// SendGrid accepts or refuses a request whole: a row for any one of
+	// its recipients, carrying this intent's namespace and key, proves
+	// every email of the request was accepted. The rows of the others may
+	// lag in the feed, so a missing row proves nothing.
 	recipients := map[string]bool{}
-	for _, list := range [][]Address{email.To, email.Cc, email.Bcc} {
-		for _, a := range list {
-			recipients[strings.ToLower(a.Email)] = true
+	ps, _ := email.personalizations()
+	for _, p := range ps {
+		for _, list := range [][]Address{p.To, p.Cc, p.Bcc} {
+			for _, a := range list {
+				recipients[strings.ToLower(a.Email)] = true
+			}
 		}
 	}
 	var other *providers.MismatchError
@@ -526,7 +567,7 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 		}
 		if other == nil {
 			// Addresses are personal data: the error keeps them masked.
-			other = &providers.MismatchError{ProviderRef: ref, Field: "recipient", Want: MaskEmail(email.To[0].Email), Got: MaskEmail(m.ToEmail)}
+			other = &providers.MismatchError{ProviderRef: ref, Field: "recipient", Want: MaskEmail(ps[0].To[0].Email), Got: MaskEmail(m.ToEmail)}
 		}
 	}
 	if other != nil {

@@ -30,6 +30,15 @@ func redactEmail(payload json.RawMessage) json.RawMessage {
 		return out
 	}
 	e.To, e.Cc, e.Bcc = maskList(e.To), maskList(e.Cc), maskList(e.Bcc)
+	for i, p := range e.Personalizations {
+		e.Personalizations[i] = Personalization{To: maskList(p.To), Cc: maskList(p.Cc), Bcc: maskList(p.Bcc), DynamicTemplateData: redactData(p.DynamicTemplateData)}
+	}
+	e.DynamicTemplateData = redactData(e.DynamicTemplateData)
+	for i, a := range e.Attachments {
+		// The file is the email's content: only its size is shown.
+		a.Content = fmt.Sprintf("[redacted %d bytes]", attachmentSize(a.Content))
+		e.Attachments[i] = a
+	}
 	if e.ReplyTo != nil {
 		a := maskAddress(*e.ReplyTo)
 		e.ReplyTo = &a
@@ -55,6 +64,29 @@ func redactEmail(payload json.RawMessage) json.RawMessage {
 		return unparseable
 	}
 	return out
+}
+
+// redactData keeps a dynamic template data's keys (the template's variable
+// names) and replaces each value, possibly personal (a name, an address, an
+// order's lines), by its size, as the bodies are.
+func redactData(data map[string]json.RawMessage) map[string]json.RawMessage {
+	if len(data) == 0 {
+		return data
+	}
+	out := make(map[string]json.RawMessage, len(data))
+	for k, v := range data {
+		out[k], _ = json.Marshal(fmt.Sprintf("[redacted %d bytes]", len(v)))
+	}
+	return out
+}
+
+// attachmentSize is the size of the file a base64 attachment content holds
+// (its encoded length when it does not decode).
+func attachmentSize(content string) int {
+	if b, err := decodeBase64(content); err == nil {
+		return len(b)
+	}
+	return len(content)
 }
 
 // maskAddress keeps an address's first character and domain

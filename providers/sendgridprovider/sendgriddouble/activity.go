@@ -125,15 +125,14 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	// Most recent first, as SendGrid lists them.
 	for i := len(s.emails) - 1; i >= 0 && len(resp.Messages) < limit; i-- {
 		e := s.emails[i]
-		if !e.hasArgs(clauses) {
-			continue
-		}
-		recipients := append(append(append([]string(nil), e.To...), e.Cc...), e.Bcc...)
-		for j, to := range recipients {
+		// One row per recipient whose personalization carries the
+		// arguments asked for, as SendGrid's feed lists them.
+		for j, d := range e.Deliveries {
 			if len(resp.Messages) == limit {
 				break
 			}
-			if !matchesRecipient(clauses, to) {
+			to := d.Recipient
+			if !argsMatch(e.personalizationArgs[d.Personalization], clauses) || !matchesRecipient(clauses, to) {
 				continue
 			}
 			resp.Messages = append(resp.Messages, ActivityMessage{
@@ -151,25 +150,18 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-// hasArgs reports whether one personalization of e carries every custom
-// argument the clauses ask for.
-func (e Email) hasArgs(clauses []activityClause) bool {
-	for _, args := range e.personalizationArgs {
-		all := true
-		for _, c := range clauses {
-			if c.toEmail {
-				continue
-			}
-			if v, ok := args[c.key]; !ok || v != c.value {
-				all = false
-				break
-			}
+// argsMatch reports whether a personalization's merged custom arguments
+// carry every argument the clauses ask for.
+func argsMatch(args map[string]string, clauses []activityClause) bool {
+	for _, c := range clauses {
+		if c.toEmail {
+			continue
 		}
-		if all {
-			return true
+		if v, ok := args[c.key]; !ok || v != c.value {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 func matchesRecipient(clauses []activityClause, to string) bool {

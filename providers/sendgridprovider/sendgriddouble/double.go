@@ -8,7 +8,21 @@
 // requests are two emails. Faults from a fault.Injector are applied to
 // POST /v3/mail/send the way SendGrid would show them (see Config.Faults).
 //
+// An accepted request is recorded as an Email (one effect of its intent,
+// counted by EffectsFor) holding one Delivery per recipient: SendGrid sends
+// a copy to every to, cc and bcc address of every personalization
+// (DeliveriesFor counts them). Each Delivery keeps the dynamic template data
+// its personalization carried, the only data SendGrid renders a dynamic
+// template with, and the attachments' filenames. The double refuses, with
+// SendGrid's 400 and errors array, what SendGrid documents it refuses: the
+// limits on personalizations, recipients, custom_args, categories and
+// send_at, an address repeated in a request, attachments that are not
+// base64 or lack a filename, a template id its account does not have
+// (UnknownTemplateID, or any id not of a dynamic template).
+//
 // Differences from the real API that callers should know:
+//   - templates are not rendered: the double keeps the template id and the
+//     data instead, and has no legacy (non "d-") templates;
 //   - the Email Activity look-up is immediately consistent, where SendGrid's
 //     feed lags by seconds to minutes (the adapter never treats "not found"
 //     as proof, so tests lose nothing);
@@ -46,6 +60,13 @@ const DefaultAPIKey = "SG.double-key"
 // refusal of a payload that is otherwise valid.
 const UnverifiedSender = "blocked@invalid.test"
 
+// UnknownTemplateID is a dynamic template id the double's account does not
+// have: a request naming it is refused with 400 "The Template ID must be a
+// valid template id for your account", as SendGrid refuses an unknown
+// template. Every other dynamic template id ("d-" and letters and digits)
+// is known; ids of legacy templates are not.
+const UnknownTemplateID = "d-00000000000000000000000000000000"
+
 // Limits SendGrid documents for POST /v3/mail/send, enforced by the double.
 const (
 	// MaxBodyBytes: a request body of this size or more is refused with 413.
@@ -57,6 +78,9 @@ const (
 	MaxRecipients = 1000
 	// MaxCategories is the most categories one email may have.
 	MaxCategories = 10
+	// MaxTemplateDataBytes: a personalization's dynamic_template_data, as
+	// JSON, may be at most this long.
+	MaxTemplateDataBytes = 10000
 	// MaxCustomArgsBytes: custom_args serialized as JSON must be smaller.
 	MaxCustomArgsBytes = 10000
 	// MaxSendAtAhead is how far in the future send_at may schedule an email.
@@ -150,6 +174,13 @@ type Email struct {
 	CustomArgs map[string]string `json:"custom_args,omitempty"`
 	// Categories are the email's categories.
 	Categories []string `json:"categories,omitempty"`
+	// TemplateID is the request's template_id, if any.
+	TemplateID string `json:"template_id,omitempty"`
+	// Attachments are the filenames of the request's attachments, in order.
+	Attachments []string `json:"attachments,omitempty"`
+	// Deliveries lists the emails SendGrid sends for the request: one per
+	// recipient (to, cc and bcc) of every personalization, in order.
+	Deliveries []Delivery `json:"deliveries"`
 	// AcceptedAt is when the double recorded the email (Config.Now).
 	AcceptedAt time.Time `json:"accepted_at"`
 
@@ -158,11 +189,49 @@ type Email struct {
 	personalizationArgs []map[string]string
 }
 
+// Delivery is one email the double sent for an accepted request: the copy
+// one recipient gets.
+type Delivery struct {
+	// MessageID is the request's X-Message-Id.
+	MessageID string `json:"message_id"`
+	// Personalization is the index of the recipient's personalization.
+	Personalization int `json:"personalization"`
+	// Field is where the recipient was listed: "to", "cc" or "bcc".
+	Field string `json:"field"`
+	// Recipient is the recipient's address.
+	Recipient string `json:"recipient"`
+	// IntentID is custom_args["intent_id"] of the recipient's
+	// personalization (the request's merged with its own).
+	IntentID string `json:"intent_id,omitempty"`
+	// TemplateID is the request's template_id, if any.
+	TemplateID string `json:"template_id,omitempty"`
+	// DynamicTemplateData is the data the template is rendered with for
+	// this recipient: its personalization's dynamic_template_data, the only
+	// data SendGrid reads (there is no top-level one to merge). Nil without
+	// a template or data. See Data.
+	DynamicTemplateData json.RawMessage `json:"dynamic_template_data,omitempty"`
+	// Attachments are the filenames of the files the email carries.
+	Attachments []string `json:"attachments,omitempty"`
+}
+
+// Data decodes DynamicTemplateData (nil when there is none).
+func (d Delivery) Data() map[string]any {
+	if d.DynamicTemplateData == nil {
+		return nil
+	}
+	var out map[string]any
+	_ = json.Unmarshal(d.DynamicTemplateData, &out)
+	return out
+}
+
 // Stats summarises what the double has done. GET /_double/stats serves it as
 // JSON.
 type Stats struct {
-	// Emails is how many emails were accepted (recorded).
+	// Emails is how many requests were accepted (recorded); each is one
+	// effect of its intent, whatever its number of recipients.
 	Emails int `json:"emails"`
+	// Deliveries is how many emails those requests sent: one per recipient.
+	Deliveries int `json:"deliveries"`
 	// Requests is how many POST /v3/mail/send requests arrived, whatever
 	// their outcome.
 	Requests int `json:"requests"`
@@ -287,7 +356,43 @@ func (s *Server) DuplicateEffects() int { return s.effects.Duplicates() }
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Emails: len(s.emails), Requests: s.requests, Faults: maps.Clone(s.applied), EffectsByIntent: s.effects.Snapshot()}
+	deliveries := 0
+	for _, e := range s.emails {
+		deliveries += len(e.Deliveries)
+	}
+	return Stats{Emails: len(s.emails), Deliveries: deliveries, Requests: s.requests, Faults: maps.Clone(s.applied), EffectsByIntent: s.effects.Snapshot()}
+}
+
+// Deliveries returns a copy of every email sent, one per recipient of each
+// accepted request, in the order accepted.
+func (s *Server) Deliveries() []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Delivery
+	for _, e := range s.emails {
+		for _, d := range e.Deliveries {
+			out = append(out, d.clone())
+		}
+	}
+	return out
+}
+
+// DeliveriesFor counts the emails sent for intentID (custom_args
+// ["intent_id"] in decimal): one per recipient of each accepted request.
+// EffectsFor counts the requests.
+func (s *Server) DeliveriesFor(intentID int64) int {
+	want := strconv.FormatInt(intentID, 10)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.emails {
+		for _, d := range e.Deliveries {
+			if d.IntentID == want {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // SetAuthFailure makes every POST /v3/mail/send with the right key answer
@@ -364,12 +469,27 @@ func (e Email) clone() Email {
 	e.Bcc = append([]string(nil), e.Bcc...)
 	e.Categories = append([]string(nil), e.Categories...)
 	e.CustomArgs = maps.Clone(e.CustomArgs)
+	e.Attachments = append([]string(nil), e.Attachments...)
+	deliveries := make([]Delivery, len(e.Deliveries))
+	for i, d := range e.Deliveries {
+		deliveries[i] = d.clone()
+	}
+	e.Deliveries = deliveries
 	args := make([]map[string]string, len(e.personalizationArgs))
 	for i, a := range e.personalizationArgs {
 		args[i] = maps.Clone(a)
 	}
 	e.personalizationArgs = args
 	return e
+}
+
+func (d Delivery) clone() Delivery {
+	d.DynamicTemplateData = append(json.RawMessage(nil), d.DynamicTemplateData...)
+	if len(d.DynamicTemplateData) == 0 {
+		d.DynamicTemplateData = nil
+	}
+	d.Attachments = append([]string(nil), d.Attachments...)
+	return d
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package sendgriddouble
 import (
 	"compress/gzip"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,8 +19,11 @@ import (
 )
 
 // mailRequest is the part of SendGrid's v3 Mail Send body the double reads.
-// Fields it does not read (attachments, asm, tracking_settings, ...) are
-// accepted and ignored, as far as recording is concerned.
+// Fields it does not read (asm, tracking_settings, ...) are accepted and
+// ignored, as far as recording is concerned. So is a top-level
+// dynamic_template_data, which is not part of SendGrid's API: SendGrid
+// renders a dynamic template with personalizations[].dynamic_template_data
+// alone.
 type mailRequest struct {
 	Personalizations []personalization `json:"personalizations"`
 	From             *address          `json:"from"`
@@ -27,6 +31,7 @@ type mailRequest struct {
 	Subject          string            `json:"subject"`
 	Content          []content         `json:"content"`
 	TemplateID       string            `json:"template_id"`
+	Attachments      []attachment      `json:"attachments"`
 	CustomArgs       map[string]string `json:"custom_args"`
 	Categories       []string          `json:"categories"`
 	SendAt           int64             `json:"send_at"`
@@ -38,12 +43,23 @@ type mailRequest struct {
 }
 
 type personalization struct {
-	To         []address         `json:"to"`
-	Cc         []address         `json:"cc"`
-	Bcc        []address         `json:"bcc"`
-	Subject    string            `json:"subject"`
-	CustomArgs map[string]string `json:"custom_args"`
-	SendAt     int64             `json:"send_at"`
+	To                  []address                  `json:"to"`
+	Cc                  []address                  `json:"cc"`
+	Bcc                 []address                  `json:"bcc"`
+	Subject             string                     `json:"subject"`
+	CustomArgs          map[string]string          `json:"custom_args"`
+	SendAt              int64                      `json:"send_at"`
+	DynamicTemplateData map[string]json.RawMessage `json:"dynamic_template_data"`
+}
+
+// attachment is one of attachments[]; Type is a pointer to tell an empty
+// type, which SendGrid refuses, from none.
+type attachment struct {
+	Content     string  `json:"content"`
+	Filename    string  `json:"filename"`
+	Type        *string `json:"type"`
+	Disposition string  `json:"disposition"`
+	ContentID   string  `json:"content_id"`
 }
 
 type address struct {
@@ -261,6 +277,11 @@ func parseMailRequest(body []byte, now time.Time) (*mailRequest, []apiError) {
 		if size := customArgsSize(mergeArgs(req.CustomArgs, p.CustomArgs)); size >= MaxCustomArgsBytes {
 			add(fmt.Sprintf("personalizations.%d.custom_args", i), "The custom_args must be less than %d bytes in total; these are %d bytes.", MaxCustomArgsBytes, size)
 		}
+		if p.DynamicTemplateData != nil {
+			if b, _ := json.Marshal(p.DynamicTemplateData); len(b) > MaxTemplateDataBytes {
+				add(fmt.Sprintf("personalizations.%d.dynamic_template_data", i), "The dynamic_template_data must be no more than %d bytes; these are %d bytes.", MaxTemplateDataBytes, len(b))
+			}
+		}
 		if p.SendAt > now.Add(MaxSendAtAhead).Unix() {
 			add(fmt.Sprintf("personalizations.%d.send_at", i), "The send_at parameter cannot be scheduled more than 72 hours in advance.")
 		}
@@ -296,6 +317,39 @@ func parseMailRequest(body []byte, now time.Time) (*mailRequest, []apiError) {
 		}
 	}
 
+	if req.TemplateID != "" && !knownTemplate(req.TemplateID) {
+		add("template_id", "The Template ID must be a valid template id for your account. You provided %s.", req.TemplateID)
+	}
+	for i, a := range req.Attachments {
+		field := func(name string) string { return fmt.Sprintf("attachments.%d.%s", i, name) }
+		switch {
+		case a.Content == "":
+			add(field("content"), "The attachment content must be a string at least one character in length.")
+		case !validBase64(a.Content):
+			add(field("content"), "The attachment content must be base64 encoded.")
+		}
+		switch {
+		case a.Filename == "":
+			add(field("filename"), "filename is required.")
+		case strings.ContainsAny(a.Filename, "\r\n;,"):
+			add(field("filename"), "The filename of your attachment can't contain CRLF characters.")
+		}
+		if a.Type != nil {
+			switch {
+			case *a.Type == "":
+				add(field("type"), "The attachment type must be a string and at least one character in length.")
+			case strings.ContainsAny(*a.Type, "\r\n;,"):
+				add(field("type"), "The type can't contain ';', or CRLF characters.")
+			}
+		}
+		if a.Disposition != "" && a.Disposition != "inline" && a.Disposition != "attachment" {
+			add(field("disposition"), `The disposition of your attachment can be either "inline" or "attachment". You provided %s.`, a.Disposition)
+		}
+		if strings.ContainsAny(a.ContentID, "\r\n;") {
+			add(field("content_id"), "The content ID of your attachment can't contain CRLF characters.")
+		}
+	}
+
 	if len(req.Categories) > MaxCategories {
 		add("categories", "Too many categories on this message. The maximum number of categories is %d.", MaxCategories)
 	}
@@ -327,19 +381,15 @@ func parseMailRequest(body []byte, now time.Time) (*mailRequest, []apiError) {
 	return &req, nil
 }
 
-// email is what the double records for an accepted request.
+// email is what the double records for an accepted request: one Delivery
+// per recipient of every personalization, as SendGrid sends one email to
+// each.
 func (req *mailRequest) email(id string, now time.Time) Email {
-	e := Email{MessageID: id, From: req.From.Email, Subject: req.Subject, AcceptedAt: now}
+	e := Email{MessageID: id, From: req.From.Email, Subject: req.Subject, TemplateID: req.TemplateID, AcceptedAt: now}
+	for _, a := range req.Attachments {
+		e.Attachments = append(e.Attachments, a.Filename)
+	}
 	for i, p := range req.Personalizations {
-		for _, a := range p.To {
-			e.To = append(e.To, a.Email)
-		}
-		for _, a := range p.Cc {
-			e.Cc = append(e.Cc, a.Email)
-		}
-		for _, a := range p.Bcc {
-			e.Bcc = append(e.Bcc, a.Email)
-		}
 		if e.Subject == "" {
 			e.Subject = p.Subject
 		}
@@ -348,9 +398,60 @@ func (req *mailRequest) email(id string, now time.Time) Email {
 			e.CustomArgs = args
 		}
 		e.personalizationArgs = append(e.personalizationArgs, args)
+		// SendGrid renders each personalization with its own data only.
+		var data json.RawMessage
+		if req.TemplateID != "" && p.DynamicTemplateData != nil {
+			data, _ = json.Marshal(p.DynamicTemplateData)
+		}
+		for _, list := range []struct {
+			field string
+			addrs []address
+			dst   *[]string
+		}{{"to", p.To, &e.To}, {"cc", p.Cc, &e.Cc}, {"bcc", p.Bcc, &e.Bcc}} {
+			for _, a := range list.addrs {
+				*list.dst = append(*list.dst, a.Email)
+				e.Deliveries = append(e.Deliveries, Delivery{
+					MessageID:           id,
+					Personalization:     i,
+					Field:               list.field,
+					Recipient:           a.Email,
+					IntentID:            args["intent_id"],
+					TemplateID:          req.TemplateID,
+					DynamicTemplateData: data,
+					Attachments:         e.Attachments,
+				})
+			}
+		}
 	}
 	e.Categories = append([]string(nil), req.Categories...)
 	return e
+}
+
+// knownTemplate reports whether the double's account has a template of
+// that id: any dynamic template id ("d-" and letters and digits) but
+// UnknownTemplateID. The double has no legacy templates.
+func knownTemplate(id string) bool {
+	rest, ok := strings.CutPrefix(id, "d-")
+	if !ok || rest == "" || id == UnknownTemplateID {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// validBase64 reports whether s is standard, padded base64 on one line, as
+// SendGrid wants an attachment's content.
+func validBase64(s string) bool {
+	if strings.ContainsAny(s, "\r\n \t") {
+		return false
+	}
+	_, err := base64.StdEncoding.Strict().DecodeString(s)
+	return err == nil
 }
 
 func mergeArgs(top, p map[string]string) map[string]string {

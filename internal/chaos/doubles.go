@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -88,7 +89,19 @@ const (
 	// PaymentIntentsPath (GET) lists every PaymentIntent the Stripe double
 	// holds, as []StripeObject.
 	PaymentIntentsPath = "/_chaos/payment_intents"
+	// RefundsPath (GET) lists every refund the Stripe double made, as
+	// []StripeRefund.
+	RefundsPath = "/_chaos/refunds"
 )
+
+// StripeRefund is one refund at the Stripe double: whose it is (metadata),
+// what it refunded and of which PaymentIntent.
+type StripeRefund struct {
+	ID            string            `json:"id"`
+	PaymentIntent string            `json:"payment_intent"`
+	Amount        int64             `json:"amount"`
+	Metadata      map[string]string `json:"metadata"`
+}
 
 // StormStats counts the 503 storms and the requests they answered.
 type StormStats struct {
@@ -231,14 +244,14 @@ const maxLoggedBody = 1 << 20
 // recordWire wraps a double's handler: POSTs to effectPath are logged with
 // the intent id taken from the body by intentID; everything else passes
 // through. GET WirePath serves the log.
-func recordWire(next http.Handler, effectPath string, intentID func([]byte) int64, wl *wireLog) http.Handler {
+func recordWire(next http.Handler, effectPaths []string, intentID func([]byte) int64, wl *wireLog) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == WirePath && r.Method == http.MethodGet {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(wl.snapshot())
 			return
 		}
-		if r.URL.Path != effectPath || r.Method != http.MethodPost {
+		if !slices.Contains(effectPaths, r.URL.Path) || r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -397,7 +410,16 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 	})
-	stripeSrv, stripeURL, err := serve(recordWire(control, "/v1/payment_intents", stripeIntentID, &stripeWire))
+	control.HandleFunc("GET "+RefundsPath, func(w http.ResponseWriter, r *http.Request) {
+		rfs := stripe.Refunds()
+		out := make([]StripeRefund, len(rfs))
+		for i, rf := range rfs {
+			out[i] = StripeRefund{ID: rf.ID, PaymentIntent: rf.PaymentIntent, Amount: rf.Amount, Metadata: rf.Metadata}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	stripeSrv, stripeURL, err := serve(recordWire(control, []string{"/v1/payment_intents", "/v1/refunds"}, stripeIntentID, &stripeWire))
 	if err != nil {
 		return err
 	}
@@ -406,7 +428,7 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 	if cfg.SendGridTLS {
 		rs.rate = cfg.FaultRate * ShareStreamReset
 	}
-	sendgridHandler := recordWire(rs.wrap(sendgrid.Handler(), "/v3/mail/send", &faultsOn), "/v3/mail/send", sendgridIntentID, &sendgridWire)
+	sendgridHandler := recordWire(rs.wrap(sendgrid.Handler(), "/v3/mail/send", &faultsOn), []string{"/v3/mail/send"}, sendgridIntentID, &sendgridWire)
 	sendgridSrv, sendgridURL, err := serve(sendgridHandler)
 	if err != nil {
 		return err

@@ -50,7 +50,14 @@ type message struct {
 	consumer string
 	id       string
 	amount   int
+	// refund is the part of amount refunded after the payment, ordered
+	// after it and taking its PaymentIntent id; 0 for none.
+	refund int
 }
+
+// RefundEvery is how often a message also records a partial refund of its
+// payment: every third one.
+const RefundEvery = 3
 
 // messageID is the id of message number i (from 1), hostile or not.
 func messageID(i int, prev string, rnd *rand.Rand) string {
@@ -103,6 +110,9 @@ func newDriver(client *intents.Client, n int, rnd *rand.Rand) *driver {
 	prev := ""
 	for i := range n {
 		m := message{consumer: ConsumerName, id: messageID(i+1, prev, rnd), amount: 500 + rnd.IntN(20000)}
+		if (i+1)%RefundEvery == 0 {
+			m.refund = m.amount / 4
+		}
 		if rnd.Float64() < LongConsumerRate {
 			m.consumer = LongConsumerName
 		}
@@ -199,8 +209,9 @@ func (d *driver) finished() bool {
 	}
 }
 
-// handle is the consumer: one business row, a payment and a receipt email,
-// in the transaction that inserts the processed marker.
+// handle is the consumer: one business row, a payment, for every
+// RefundEvery-th message a partial refund ordered after the payment, and a
+// receipt email, in the transaction that inserts the processed marker.
 func handle(m *message) intents.Handler {
 	return func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 		if _, err := tx.Exec(ctx, insertOrderSQL, m.consumer, m.id, m.amount); err != nil {
@@ -215,6 +226,18 @@ func handle(m *message) intents.Handler {
 			},
 		}); err != nil {
 			return err
+		}
+		if m.refund > 0 {
+			if err := rec.Record(intents.Intent{
+				Kind: stripeprovider.KindRefund, Name: "refund", Reference: m.id,
+				Payload: map[string]any{
+					"amount": m.refund, "reason": "requested_by_customer",
+					"metadata": map[string]string{"message_id": m.id},
+				},
+				After: []intents.After{{Name: "payment", Fill: map[string]string{"payment_intent": intents.ResultProviderRef}}},
+			}); err != nil {
+				return err
+			}
 		}
 		return rec.Record(intents.Intent{
 			Kind: sendgridprovider.KindEmail, Name: "receipt", Reference: m.id,

@@ -69,8 +69,9 @@ const consistencySQL = `
 SELECT
     (SELECT count(*) FROM outbox_processed_messages WHERE consumer = ANY($1)),
     (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = ANY($1) AND (
-        SELECT count(*) FILTER (WHERE i.kind = $2) || '/' || count(*) FILTER (WHERE i.kind = $3) || '/' || count(*)
-        FROM outbox_intents i WHERE i.consumer = m.consumer AND i.message_id = m.message_id) <> '1/1/2'),
+        SELECT count(*) FILTER (WHERE i.kind = $2) || '/' || count(*) FILTER (WHERE i.kind = $3) || '/'
+            || count(*) FILTER (WHERE i.kind = $4) || '/' || count(*)
+        FROM outbox_intents i WHERE i.consumer = m.consumer AND i.message_id = m.message_id) NOT IN ('1/1/0/2', '1/1/1/3')),
     (SELECT count(*) FROM outbox_intents i WHERE i.consumer IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM outbox_processed_messages m WHERE m.consumer = i.consumer AND m.message_id = i.message_id)),
     (SELECT count(*) FROM (SELECT DISTINCT consumer, message_id FROM chaos_orders) t),
@@ -79,3 +80,15 @@ SELECT
         AND NOT EXISTS (SELECT 1 FROM chaos_orders o WHERE o.consumer = m.consumer AND o.message_id = m.message_id)),
     (SELECT count(*) FROM outbox_attempts WHERE replayed),
     (SELECT count(*) FROM outbox_events WHERE reason LIKE 'reconciled%')`
+
+// refundIntentsSQL lists each refund intent with its message's payment: the
+// refund's state and amount, the payment's state and PaymentIntent id, and
+// when the payment succeeded and the refund was first attempted.
+const refundIntentsSQL = `
+SELECT f.id, f.state, (f.payload->>'amount')::bigint, p.id, p.state, coalesce(p.provider_ref, ''),
+       CASE WHEN p.state = 'succeeded' THEN p.finished_at END,
+       (SELECT min(a.started_at) FROM outbox_attempts a WHERE a.intent_id = f.id)
+FROM outbox_intents f
+JOIN outbox_intents p ON p.consumer = f.consumer AND p.message_id = f.message_id AND p.kind = $2
+WHERE f.kind = $1
+ORDER BY f.id`

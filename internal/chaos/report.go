@@ -53,17 +53,27 @@ type Report struct {
 
 	// CutRequests counts effect-causing requests whose body did not arrive
 	// whole (a dispatcher killed while sending): the doubles refused them.
-	CutRequests      int `json:"cut_requests"`
-	Intents          int `json:"intents"`
-	Payments         int `json:"payments_at_stripe_double"`
-	Emails           int `json:"emails_at_sendgrid_double"`
-	Replays          int `json:"stripe_replays"`
-	ReplayedAttempts int `json:"replayed_attempts"`
-	Reconciled       int `json:"reconciled"`
-	DuplicateEffects int `json:"duplicate_effects"`
-	Succeeded        int `json:"succeeded"`
-	Failed           int `json:"failed"`
-	InDoubt          int `json:"in_doubt"`
+	CutRequests int `json:"cut_requests"`
+	Intents     int `json:"intents"`
+	Payments    int `json:"payments_at_stripe_double"`
+	Emails      int `json:"emails_at_sendgrid_double"`
+	// Refunds counts the refunds at the Stripe double and Refunded what
+	// they refunded (cents); each was ordered after its message's payment
+	// and took that payment's PaymentIntent id. CancelledAfterPayment
+	// counts the refunds not performed because their payment failed or was
+	// cancelled, WaitingForPayment those still waiting for an in_doubt
+	// payment.
+	Refunds               int   `json:"refunds_at_stripe_double"`
+	Refunded              int64 `json:"refunded_cents"`
+	CancelledAfterPayment int   `json:"refunds_cancelled_after_payment"`
+	WaitingForPayment     int   `json:"refunds_waiting_for_payment"`
+	Replays               int   `json:"stripe_replays"`
+	ReplayedAttempts      int   `json:"replayed_attempts"`
+	Reconciled            int   `json:"reconciled"`
+	DuplicateEffects      int   `json:"duplicate_effects"`
+	Succeeded             int   `json:"succeeded"`
+	Failed                int   `json:"failed"`
+	InDoubt               int   `json:"in_doubt"`
 	// InDoubtActed counts the in_doubt intents whose effect the double had
 	// in fact performed (an operator would resolve them as succeeded).
 	InDoubtActed int `json:"in_doubt_acted"`
@@ -165,6 +175,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("intents", r.Intents)
 	row("requests cut by a kill", r.CutRequests)
 	row("effects", fmt.Sprintf("%d payments at the Stripe double, %d emails at the SendGrid double", r.Payments, r.Emails))
+	row("refunds", fmt.Sprintf("%d at the Stripe double (%d cents), each after its payment and on its PaymentIntent; %d cancelled as their payment failed or was cancelled, %d waiting for an in_doubt payment",
+		r.Refunds, r.Refunded, r.CancelledAfterPayment, r.WaitingForPayment))
 	row("another deployment's PaymentIntents", fmt.Sprintf("%d created before the run, %d at the double after it, %d adopted", r.ForeignObjects, r.ForeignAtDouble, r.AdoptedForeign))
 	row("503 storms", fmt.Sprintf("%d payments answered 503; %d intents failed with their budget spent and nothing that may have acted; %d spent it after an attempt that may have acted", r.StormAnswered, r.FailedBudget, r.BudgetSpentMayHaveActed))
 	row("SendGrid over HTTP/2", fmt.Sprintf("%d emails, %d streams reset after the double accepted the email", r.SendGridHTTP2, r.StreamResets))

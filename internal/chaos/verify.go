@@ -58,10 +58,12 @@ const DeadConnectionMargin = 2 * time.Second
 type evidence struct {
 	stripe       stripedouble.Stats
 	sendgrid     sendgriddouble.Stats
-	wire         map[string]map[int64][]WireRecord // by kind, then intent id
+	wire         map[string]map[int64][]WireRecord // by provider ("stripe", "sendgrid"), then intent id
 	unattributed int                               // wire records without an intent id
 	stripeObjs   []StripeObject                    // every PaymentIntent at the Stripe double, the other deployment's included
 	ourStripe    map[string]int                    // this deployment's PaymentIntents by intent id
+	refunds      []StripeRefund                    // every refund at the Stripe double
+	ourRefunds   map[string]int                    // refunds by intent id
 	storm        StormStats
 	resets       ResetStats
 	deaths       []time.Time // dispatcher processes reaped after SIGKILL or an exit of their own, sorted
@@ -82,13 +84,20 @@ func collect(ctx context.Context, a DoublesAddrs, deaths, terminations []time.Ti
 		return nil, err
 	}
 	ev.stripeObjs, ev.ourStripe = objs, ourEffects(objs)
+	if err := getJSON(ctx, a.StripeURL+RefundsPath, &ev.refunds); err != nil {
+		return nil, err
+	}
+	ev.ourRefunds = map[string]int{}
+	for _, rf := range ev.refunds {
+		ev.ourRefunds[rf.Metadata[stripeprovider.IntentIDMetadataKey]]++
+	}
 	if err := getJSON(ctx, a.StripeURL+StormPath, &ev.storm); err != nil {
 		return nil, err
 	}
 	if err := getJSON(ctx, a.SendGridControlURL+ResetsPath, &ev.resets); err != nil {
 		return nil, err
 	}
-	for kind, url := range map[string]string{stripeprovider.KindPaymentIntent: a.StripeURL, sendgridprovider.KindEmail: a.SendGridControlURL} {
+	for provider, url := range map[string]string{"stripe": a.StripeURL, "sendgrid": a.SendGridControlURL} {
 		var recs []WireRecord
 		if err := getJSON(ctx, url+WirePath, &recs); err != nil {
 			return nil, err
@@ -101,7 +110,7 @@ func collect(ctx context.Context, a DoublesAddrs, deaths, terminations []time.Ti
 			}
 			byIntent[r.IntentID] = append(byIntent[r.IntentID], r)
 		}
-		ev.wire[kind] = byIntent
+		ev.wire[provider] = byIntent
 	}
 	ev.deaths, ev.terminations = slices.Clone(deaths), slices.Clone(terminations)
 	slices.SortFunc(ev.deaths, time.Time.Compare)
@@ -114,10 +123,18 @@ func (ev *evidence) effects(kind string, id int64) int {
 	switch kind {
 	case stripeprovider.KindPaymentIntent:
 		return ev.ourStripe[key]
+	case stripeprovider.KindRefund:
+		return ev.ourRefunds[key]
 	case sendgridprovider.KindEmail:
 		return ev.sendgrid.EffectsByIntent[key]
 	}
 	return 0
+}
+
+// wireFor is the wire log of the provider that performs kind, by intent id.
+func (ev *evidence) wireFor(kind string) map[int64][]WireRecord {
+	provider, _, _ := strings.Cut(kind, ".")
+	return ev.wire[provider]
 }
 
 // diedDuring reports whether a dispatcher process died in [from, to], or a
@@ -196,10 +213,14 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	rep.InDoubtWhy = map[string]int{}
 	problem := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
 
-	if want := 2 * rep.Messages; rep.Intents != want {
+	if want := 2*rep.Messages + rep.Messages/RefundEvery; rep.Intents != want {
 		problem("%d intents recorded for %d messages, want %d", rep.Intents, rep.Messages, want)
 	}
-	known := map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, sendgridprovider.KindEmail: {}}
+	refunds, err := checkRefunds(ctx, pool, ev, rep, problem)
+	if err != nil {
+		return err
+	}
+	known := map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, stripeprovider.KindRefund: {}, sendgridprovider.KindEmail: {}}
 	var inDoubt []int64
 	byID := map[int64]intentRow{}
 	stripeIntents, stripeInDoubt := 0, 0
@@ -261,12 +282,27 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 				rep.FailedBudget++
 			}
 		case "cancelled":
-			rep.Cancelled++
-			if !in.byOperator() {
-				problem("intent %d (%s) ended cancelled, which no operator asked for", in.ID, in.Kind)
+			f, isRefund := refunds[in.ID]
+			switch {
+			case in.byOperator():
+				rep.Cancelled++
+			case isRefund && (f.PaymentState == "failed" || f.PaymentState == "cancelled"):
+				rep.CancelledAfterPayment++
+			default:
+				problem("intent %d (%s) ended cancelled, which no operator asked for and no failed predecessor explains", in.ID, in.Kind)
 			}
 			if n != 0 {
 				problem("intent %d (%s) was cancelled, yet has %d effects at the double", in.ID, in.Kind, n)
+			}
+		case "waiting":
+			if f, isRefund := refunds[in.ID]; isRefund && f.PaymentState == "in_doubt" {
+				rep.WaitingForPayment++
+			} else {
+				rep.Lost++
+				problem("intent %d (%s) still waiting after the drain, for a payment %s", in.ID, in.Kind, f.PaymentState)
+			}
+			if n != 0 {
+				problem("intent %d (%s) is waiting, yet has %d effects at the double", in.ID, in.Kind, n)
 			}
 		case "pending", "dispatching":
 			rep.Lost++
@@ -281,7 +317,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	if err := pool.QueryRow(ctx, inDoubtEventsSQL).Scan(&rep.InDoubtSettledByLookUp, &rep.InDoubtFoundByLookUp, &rep.ProvenAbsent); err != nil {
 		return fmt.Errorf("chaos: count look-ups: %w", err)
 	}
-	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.ourStripe, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
+	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.ourStripe, stripeprovider.KindRefund: ev.ourRefunds, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
 		for id, n := range byIntent {
 			if !known[kind][id] {
 				problem("the %s double performed %d effects for intent %q, which is not a %s intent in the database", kind, n, id, kind)
@@ -295,7 +331,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	for name, c := range map[string]struct {
 		total    int
 		byIntent map[string]int
-	}{"Stripe": {rep.Payments, ev.ourStripe}, "SendGrid": {ev.sendgrid.Emails, ev.sendgrid.EffectsByIntent}} {
+	}{"Stripe": {rep.Payments, ev.ourStripe}, "Stripe refund": {len(ev.refunds), ev.ourRefunds}, "SendGrid": {ev.sendgrid.Emails, ev.sendgrid.EffectsByIntent}} {
 		sum := 0
 		for id, n := range c.byIntent {
 			if id != "" {
@@ -312,7 +348,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	}
 
 	var markers, markersWrong, intentsWithoutMarker, orders, ordersTwice, markersWithoutOrder int
-	if err := pool.QueryRow(ctx, consistencySQL, Consumers, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail).
+	if err := pool.QueryRow(ctx, consistencySQL, Consumers, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail, stripeprovider.KindRefund).
 		Scan(&markers, &markersWrong, &intentsWithoutMarker, &orders, &ordersTwice, &markersWithoutOrder, &rep.ReplayedAttempts, &rep.Reconciled); err != nil {
 		return fmt.Errorf("chaos: consistency: %w", err)
 	}
@@ -320,7 +356,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 		problem("%d processed markers for %d messages", markers, rep.Messages)
 	}
 	if markersWrong > 0 {
-		problem("%d processed markers without exactly their payment and email intents", markersWrong)
+		problem("%d processed markers without exactly their payment and email intents and at most one refund", markersWrong)
 	}
 	if intentsWithoutMarker > 0 {
 		problem("%d intents recorded by a consumer have no processed marker", intentsWithoutMarker)
@@ -372,7 +408,7 @@ func explainInDoubt(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evi
 			problem("intent %d (%s) is in_doubt without an attempt that may have acted (last error %q)", id, in.Kind, in.LastError)
 			continue
 		}
-		wire := ev.wire[in.Kind][id]
+		wire := ev.wireFor(in.Kind)[id]
 		why := ""
 		switch {
 		case strings.Contains(a.Error, stoppedDuringCall):
@@ -416,4 +452,67 @@ func formatWire(recs []WireRecord) string {
 		parts[i] = fmt.Sprintf("{status %d dropped=%t client_gone=%t took %s}", r.Status, r.Dropped, r.ClientGone, r.End.Sub(r.Start).Round(time.Millisecond))
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// refundRow is a refund intent with its message's payment.
+type refundRow struct {
+	ID           int64
+	State        string
+	Amount       int64
+	PaymentID    int64
+	PaymentState string
+	PaymentRef   string
+	PaidAt       *time.Time
+	FirstAttempt *time.Time
+}
+
+// checkRefunds checks what ordering promises for the refunds, from the
+// database and the Stripe double's own records: no refund attempted before
+// its payment succeeded; each refund at the double made for a refund intent,
+// of its own message's PaymentIntent (the id filled from the payment's
+// result) and for the intent's amount; never more refunded of a
+// PaymentIntent than it charged. It returns the refund intents by id.
+func checkRefunds(ctx context.Context, pool *pgxpool.Pool, ev *evidence, rep *Report, problem func(string, ...any)) (map[int64]refundRow, error) {
+	rows, err := pool.Query(ctx, refundIntentsSQL, stripeprovider.KindRefund, stripeprovider.KindPaymentIntent)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read refunds: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[refundRow])
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read refunds: %w", err)
+	}
+	byID := make(map[int64]refundRow, len(list))
+	for _, f := range list {
+		byID[f.ID] = f
+		if f.FirstAttempt != nil && (f.PaidAt == nil || f.FirstAttempt.Before(*f.PaidAt)) {
+			problem("refund intent %d was attempted at %s, before its payment %d succeeded (%s, at %v)",
+				f.ID, f.FirstAttempt.Format(time.RFC3339Nano), f.PaymentID, f.PaymentState, f.PaidAt)
+		}
+	}
+	charged := map[string]int64{}
+	for _, o := range ev.stripeObjs {
+		charged[o.ID] = o.Amount
+	}
+	refunded := map[string]int64{}
+	rep.Refunds = len(ev.refunds)
+	for _, rf := range ev.refunds {
+		rep.Refunded += rf.Amount
+		refunded[rf.PaymentIntent] += rf.Amount
+		id, _ := strconv.ParseInt(rf.Metadata[stripeprovider.IntentIDMetadataKey], 10, 64)
+		f, ok := byID[id]
+		switch {
+		case !ok:
+			problem("refund %s at the double belongs to no refund intent (intent id %q)", rf.ID, rf.Metadata[stripeprovider.IntentIDMetadataKey])
+		case rf.PaymentIntent != f.PaymentRef:
+			problem("refund %s (intent %d) refunded %s, not its payment's PaymentIntent %q", rf.ID, id, rf.PaymentIntent, f.PaymentRef)
+		case rf.Amount != f.Amount:
+			problem("refund %s (intent %d) refunded %d, not the %d recorded", rf.ID, id, rf.Amount, f.Amount)
+		}
+	}
+	for pi, n := range refunded {
+		if n > charged[pi] {
+			problem("PaymentIntent %s: %d refunded of %d charged", pi, n, charged[pi])
+		}
+	}
+	return byID, nil
 }

@@ -79,6 +79,8 @@ honest outcome of an ambiguous email send: SendGrid cannot be asked.`, env)
 	return err
 }
 
+func cents(n int64) string { return fmt.Sprintf("$%d.%02d", n/100, n%100) }
+
 func printReport(w io.Writer, r *demo.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(label string, value any) { fmt.Fprintf(tw, "  %s\t%v\n", label, value) }
@@ -90,12 +92,15 @@ func printReport(w io.Writer, r *demo.Report) {
 	row("consumer crashes after commit", r.ConsumerCrashes)
 	row("intents recorded", r.IntentsRecorded)
 	row("payments at Stripe double", r.PaymentsAtStripe)
+	row("refunds at Stripe double", fmt.Sprintf("%d (%s refunded, each after its payment)", r.RefundsAtStripe, cents(r.AmountRefunded)))
 	row("emails at SendGrid double", r.EmailsAtSendGrid)
 	row("provider replays", r.ProviderReplays)
 	row("reconciled after ambiguity", r.Reconciled)
 	row("succeeded", r.Succeeded)
 	row("in_doubt", r.InDoubt)
 	row("failed", fmt.Sprintf("%d (declined cards: %d)", r.Failed, r.DeclinedCards))
+	row("cancelled: their payment failed", r.Cancelled)
+	row("waiting for an in_doubt payment", r.Waiting)
 	row("lost", r.Lost)
 	row("duplicate effects", r.DuplicateEffects)
 	kinds := make([]string, 0, len(r.FaultsInjected))

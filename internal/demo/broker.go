@@ -21,6 +21,7 @@ const (
 	concurrentDuplicateRate = 0.10 // delivered three times at once
 	crashAfterCommitRate    = 0.05 // consumer dies after commit, before ack
 	declinedCardRate        = 0.03 // the customer's card is declined
+	refundRate              = 0.30 // the order is partly refunded
 )
 
 type order struct {
@@ -29,6 +30,8 @@ type order struct {
 	email    string
 	amount   int
 	card     string
+	// refund is the part of amount refunded after the charge; 0 for none.
+	refund int
 }
 
 type delivery struct{ order *order }
@@ -63,6 +66,9 @@ func newBroker(n int, seed uint64) *broker {
 		}
 		if rnd.Float64() < declinedCardRate {
 			o.card = stripedouble.DeclinedCard
+		}
+		if rnd.Float64() < refundRate {
+			o.refund = o.amount / 4
 		}
 		b.orders = append(b.orders, o)
 		copies := 1
@@ -151,11 +157,18 @@ func (b *broker) stats(r *Report) {
 	r.ConsumerCrashes = int(b.crashes.Load())
 }
 
+// receiptTemplate is the dynamic template the receipts are sent with (any
+// "d-" id but sendgriddouble.UnknownTemplateID is one the double knows).
+const receiptTemplate = "d-3f9a1c2b7e5d4a60b8c1f2e3d4a5b6c7"
+
 // handleOrder is the demo's consumer: it stores the order and records a
-// payment and a receipt email, all in the consumer's transaction.
+// payment, a partial refund for some orders, and a templated receipt, all
+// in the consumer's transaction. The refund and the receipt come after the
+// payment: the refund takes the payment's PaymentIntent id when it
+// succeeded, and neither is performed if the card is declined.
 func handleOrder(o *order) intents.Handler {
 	return func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
-		if _, err := tx.Exec(ctx, insertOrderSQL, o.id, o.customer, o.email, o.amount); err != nil {
+		if _, err := tx.Exec(ctx, insertOrderSQL, o.id, o.customer, o.email, o.amount, o.refund); err != nil {
 			return err
 		}
 		err := rec.Record(intents.Intent{
@@ -169,14 +182,33 @@ func handleOrder(o *order) intents.Handler {
 		if err != nil {
 			return err
 		}
+		afterPayment := []intents.After{{Name: "payment"}}
+		if o.refund > 0 {
+			err := rec.Record(intents.Intent{
+				Kind: stripeprovider.KindRefund, Name: "refund", Reference: o.id,
+				Payload: map[string]any{
+					"amount": o.refund, "reason": "requested_by_customer",
+					"metadata": map[string]string{"order_id": o.id},
+				},
+				After: []intents.After{{Name: "payment", Fill: map[string]string{"payment_intent": intents.ResultProviderRef}}},
+			})
+			if err != nil {
+				return err
+			}
+		}
 		return rec.Record(intents.Intent{
 			Kind: sendgridprovider.KindEmail, Name: "receipt", Reference: o.id,
 			Payload: map[string]any{
-				"from":    map[string]string{"email": "shop@example.com", "name": "Demo Shop"},
-				"to":      []map[string]string{{"email": o.email}},
-				"subject": "Your receipt for " + o.id,
-				"text":    fmt.Sprintf("Thank you! We charged $%d.%02d for %s.", o.amount/100, o.amount%100, o.id),
+				"from":        map[string]string{"email": "shop@example.com", "name": "Demo Shop"},
+				"to":          []map[string]string{{"email": o.email}},
+				"template_id": receiptTemplate,
+				"dynamic_template_data": map[string]any{
+					"order_id": o.id, "charged": dollars(o.amount), "refunded": dollars(o.refund),
+				},
 			},
+			After: afterPayment,
 		})
 	}
 }
+
+func dollars(cents int) string { return fmt.Sprintf("$%d.%02d", cents/100, cents%100) }

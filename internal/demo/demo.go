@@ -1,8 +1,9 @@
 // Package demo runs the whole pipeline end to end in a scratch database: a
 // simulated at-least-once broker delivers order messages (with sequential
 // and concurrent duplicates, and consumers that crash after commit but
-// before acknowledging), consumers record a payment and a receipt email per
-// order, and the dispatcher performs them against the Stripe and SendGrid
+// before acknowledging), consumers record a payment, a partial refund for
+// some orders and a templated receipt email per order (the refund and the
+// receipt ordered after the payment), and the dispatcher performs them against the Stripe and SendGrid
 // doubles with faults switched on. The report is built from the doubles' own
 // records, and says whether any effect happened twice or any intent was lost.
 package demo
@@ -65,27 +66,34 @@ type Config struct {
 
 // Report is what a run found. Counts of effects come from the doubles.
 type Report struct {
-	Database            string         `json:"database"`
-	DatabaseKept        bool           `json:"database_kept"`
-	Orders              int            `json:"orders"`
-	MessagesDelivered   int            `json:"messages_delivered"`
-	DuplicatesDelivered int            `json:"duplicates_delivered"`
-	DuplicatesAbsorbed  int            `json:"duplicates_absorbed"`
-	ConsumerCrashes     int            `json:"consumer_crashes_after_commit"`
-	IntentsRecorded     int            `json:"intents_recorded"`
-	PaymentsAtStripe    int            `json:"payments_at_stripe_double"`
-	EmailsAtSendGrid    int            `json:"emails_at_sendgrid_double"`
-	ProviderReplays     int            `json:"provider_replays"`
-	Reconciled          int            `json:"reconciled"`
-	Succeeded           int            `json:"succeeded"`
-	InDoubt             int            `json:"in_doubt"`
-	Failed              int            `json:"failed"`
-	DeclinedCards       int            `json:"declined_cards"`
-	Lost                int            `json:"lost"`
-	DuplicateEffects    int            `json:"duplicate_effects"`
-	FaultsInjected      map[string]int `json:"faults_injected"`
-	Seconds             float64        `json:"seconds"`
-	Problems            []string       `json:"problems,omitempty"`
+	Database            string `json:"database"`
+	DatabaseKept        bool   `json:"database_kept"`
+	Orders              int    `json:"orders"`
+	MessagesDelivered   int    `json:"messages_delivered"`
+	DuplicatesDelivered int    `json:"duplicates_delivered"`
+	DuplicatesAbsorbed  int    `json:"duplicates_absorbed"`
+	ConsumerCrashes     int    `json:"consumer_crashes_after_commit"`
+	IntentsRecorded     int    `json:"intents_recorded"`
+	PaymentsAtStripe    int    `json:"payments_at_stripe_double"`
+	RefundsAtStripe     int    `json:"refunds_at_stripe_double"`
+	AmountRefunded      int64  `json:"amount_refunded_cents"`
+	EmailsAtSendGrid    int    `json:"emails_at_sendgrid_double"`
+	ProviderReplays     int    `json:"provider_replays"`
+	Reconciled          int    `json:"reconciled"`
+	Succeeded           int    `json:"succeeded"`
+	InDoubt             int    `json:"in_doubt"`
+	Failed              int    `json:"failed"`
+	// Cancelled counts the refunds and receipts not performed because
+	// their order's payment failed; Waiting those still waiting for an
+	// in_doubt payment.
+	Cancelled        int            `json:"cancelled_after_failed_payment"`
+	Waiting          int            `json:"waiting_for_in_doubt_payment"`
+	DeclinedCards    int            `json:"declined_cards"`
+	Lost             int            `json:"lost"`
+	DuplicateEffects int            `json:"duplicate_effects"`
+	FaultsInjected   map[string]int `json:"faults_injected"`
+	Seconds          float64        `json:"seconds"`
+	Problems         []string       `json:"problems,omitempty"`
 }
 
 // OK reports whether every effect happened at most once and no intent was

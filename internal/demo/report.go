@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
+	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
 
 const createOrdersSQL = `
@@ -20,10 +20,11 @@ CREATE TABLE demo_orders (
     customer     text NOT NULL,
     email        text NOT NULL,
     amount_cents integer NOT NULL,
+    refund_cents integer NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now()
 )`
 
-const insertOrderSQL = `INSERT INTO demo_orders (id, customer, email, amount_cents) VALUES ($1, $2, $3, $4)`
+const insertOrderSQL = `INSERT INTO demo_orders (id, customer, email, amount_cents, refund_cents) VALUES ($1, $2, $3, $4, $5)`
 
 const stateCountsSQL = `
 SELECT
@@ -31,25 +32,29 @@ SELECT
     count(*) FILTER (WHERE state IN ('pending', 'dispatching')),
     count(*) FILTER (WHERE state = 'succeeded'),
     count(*) FILTER (WHERE state = 'in_doubt'),
-    count(*) FILTER (WHERE state = 'failed')
+    count(*) FILTER (WHERE state = 'failed'),
+    count(*) FILTER (WHERE state = 'waiting')
 FROM outbox_intents`
 
 // waitDone waits until the broker has every delivery acknowledged and no
-// intent is pending or dispatching, printing progress.
+// intent is pending or dispatching, printing progress. A waiting intent is
+// released in the transaction that settles the payment it waits for, so
+// once nothing is pending or dispatching, whatever still waits waits for an
+// in_doubt payment.
 func waitDone(ctx context.Context, pool *pgxpool.Pool, b *broker, progress io.Writer) error {
 	ticker := time.NewTicker(500 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		var total, open, succeeded, inDoubt, failed int
-		if err := pool.QueryRow(ctx, stateCountsSQL).Scan(&total, &open, &succeeded, &inDoubt, &failed); err != nil {
+		var total, open, succeeded, inDoubt, failed, waiting int
+		if err := pool.QueryRow(ctx, stateCountsSQL).Scan(&total, &open, &succeeded, &inDoubt, &failed, &waiting); err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("demo: timed out: %w", ctx.Err())
 			}
 			return err
 		}
 		done := b.finished()
-		fmt.Fprintf(progress, "  %d orders: deliveries %4d, acked %4d | intents %4d: open %3d, succeeded %4d, in_doubt %3d, failed %3d\n",
-			len(b.orders), b.delivered.Load(), b.acked.Load(), total, open, succeeded, inDoubt, failed)
+		fmt.Fprintf(progress, "  %d orders: deliveries %4d, acked %4d | intents %4d: open %3d, waiting %3d, succeeded %4d, in_doubt %3d, failed %3d\n",
+			len(b.orders), b.delivered.Load(), b.acked.Load(), total, open, waiting, succeeded, inDoubt, failed)
 		if done && open == 0 {
 			return nil
 		}
@@ -69,9 +74,11 @@ type intentOutcome struct {
 }
 
 // fill completes the report from the database and the doubles' own records,
-// and lists every violation of exactly-once it finds.
+// and lists every violation of exactly-once, and of the order between an
+// order's effects, it finds.
 func (e *environment) fill(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
 	r.PaymentsAtStripe = len(e.stripe.PaymentIntents())
+	r.RefundsAtStripe = len(e.stripe.Refunds())
 	r.EmailsAtSendGrid = len(e.sendgrid.Emails())
 	r.DuplicateEffects = e.stripe.DuplicateEffects() + e.sendgrid.DuplicateEffects()
 	if r.DuplicateEffects > 0 {
@@ -95,12 +102,9 @@ func (e *environment) fill(ctx context.Context, pool *pgxpool.Pool, r *Report) e
 	}
 	r.IntentsRecorded = len(outcomes)
 	for _, o := range outcomes {
-		var effects int
-		switch o.Kind {
-		case stripeprovider.KindPaymentIntent:
+		effects := e.sendgrid.EffectsFor(o.ID)
+		if strings.HasPrefix(o.Kind, "stripe.") {
 			effects = e.stripe.EffectsFor(o.ID)
-		case sendgridprovider.KindEmail:
-			effects = e.sendgrid.EffectsFor(o.ID)
 		}
 		switch o.State {
 		case "succeeded":
@@ -115,6 +119,13 @@ func (e *environment) fill(ctx context.Context, pool *pgxpool.Pool, r *Report) e
 			}
 		case "in_doubt":
 			r.InDoubt++
+		case "cancelled":
+			r.Cancelled++
+			if effects != 0 {
+				r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) was cancelled after %d effects at the double", o.ID, o.Kind, effects))
+			}
+		case "waiting":
+			r.Waiting++
 		default:
 			r.Lost++
 			r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) left %s", o.ID, o.Kind, o.State))
@@ -128,7 +139,8 @@ func (e *environment) fill(ctx context.Context, pool *pgxpool.Pool, r *Report) e
 	err = pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM demo_orders),
 		(SELECT count(*) FROM outbox_processed_messages),
-		(SELECT count(*) FROM demo_orders o WHERE (SELECT count(*) FROM outbox_intents i WHERE i.reference = o.id) <> 2)`).
+		(SELECT count(*) FROM demo_orders o
+		 WHERE (SELECT count(*) FROM outbox_intents i WHERE i.reference = o.id) <> 2 + (o.refund_cents > 0)::int)`).
 		Scan(&ordersStored, &markers, &ordersMissingIntents)
 	if err != nil {
 		return err
@@ -138,7 +150,10 @@ func (e *environment) fill(ctx context.Context, pool *pgxpool.Pool, r *Report) e
 	}
 	if ordersMissingIntents > 0 {
 		r.Lost += ordersMissingIntents
-		r.Problems = append(r.Problems, fmt.Sprintf("%d orders do not have exactly their two intents", ordersMissingIntents))
+		r.Problems = append(r.Problems, fmt.Sprintf("%d orders do not have exactly their intents", ordersMissingIntents))
+	}
+	if err := e.checkOrder(ctx, pool, r); err != nil {
+		return err
 	}
 	if err := pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM outbox_attempts WHERE replayed),
@@ -146,6 +161,90 @@ func (e *environment) fill(ctx context.Context, pool *pgxpool.Pool, r *Report) e
 		return err
 	}
 	return nil
+}
+
+// orderSQL lists each order's payment and what came after it: the payment's
+// state and PaymentIntent id, when it succeeded (by an attempt or a look-up
+// at Stripe after an ambiguous one), and for the
+// refund and the receipt their state and when their first attempt began.
+const orderSQL = `
+SELECT o.id, o.amount_cents, o.refund_cents,
+       p.state, coalesce(p.provider_ref, ''),
+       CASE WHEN p.state = 'succeeded' THEN p.finished_at END,
+       coalesce(f.state, ''),
+       (SELECT min(a.started_at) FROM outbox_attempts a WHERE a.intent_id = f.id),
+       c.state,
+       (SELECT min(a.started_at) FROM outbox_attempts a WHERE a.intent_id = c.id)
+FROM demo_orders o
+JOIN outbox_intents p ON p.reference = o.id AND p.name = 'payment'
+JOIN outbox_intents c ON c.reference = o.id AND c.name = 'receipt'
+LEFT JOIN outbox_intents f ON f.reference = o.id AND f.name = 'refund'
+ORDER BY o.id`
+
+// checkOrder checks what ordering promises, from the database and the
+// Stripe double: nothing that comes after a payment started before the
+// payment succeeded; each refund refunded its own order's PaymentIntent, by
+// the order's refund amount, and never more than was charged; an order
+// whose payment failed had nothing after it performed (cancelled), and one
+// whose payment is in_doubt has it waiting.
+func (e *environment) checkOrder(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
+	refunds := map[string][]stripedouble.Refund{}
+	for _, rf := range e.stripe.Refunds() {
+		refunds[rf.Metadata["order_id"]] = append(refunds[rf.Metadata["order_id"]], rf)
+	}
+	rows, err := pool.Query(ctx, orderSQL)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	problem := func(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
+	for rows.Next() {
+		var (
+			id, payState, pi, refundState, receiptState string
+			amount, refund                              int64
+			paid, refundStarted, receiptStarted         *time.Time
+		)
+		if err := rows.Scan(&id, &amount, &refund, &payState, &pi, &paid, &refundState, &refundStarted, &receiptState, &receiptStarted); err != nil {
+			return err
+		}
+		for _, after := range []struct {
+			name, state string
+			started     *time.Time
+		}{{"refund", refundState, refundStarted}, {"receipt", receiptState, receiptStarted}} {
+			if after.state == "" {
+				continue
+			}
+			if after.started != nil && (paid == nil || after.started.Before(*paid)) {
+				problem("%s: the %s was attempted before its payment succeeded", id, after.name)
+			}
+			switch payState {
+			case "failed", "cancelled":
+				if after.state != "cancelled" {
+					problem("%s: the payment %s but the %s is %s", id, payState, after.name, after.state)
+				}
+			case "in_doubt":
+				if after.state != "waiting" {
+					problem("%s: the payment is in_doubt but the %s is %s", id, after.name, after.state)
+				}
+			}
+		}
+		made := refunds[id]
+		if len(made) > 0 {
+			r.AmountRefunded += made[0].Amount
+		}
+		switch {
+		case refund == 0 && len(made) > 0:
+			problem("%s: %d refunds for an order not refunded", id, len(made))
+		case len(made) > 1:
+			problem("%s: refunded %d times", id, len(made))
+		case len(made) == 1 && (made[0].PaymentIntent != pi || made[0].Amount != refund):
+			problem("%s: refund of %d on %s, want %d on the order's PaymentIntent %s", id, made[0].Amount, made[0].PaymentIntent, refund, pi)
+		}
+		if pi != "" && e.stripe.Refunded(pi) > amount {
+			problem("%s: %d refunded of %d charged", id, e.stripe.Refunded(pi), amount)
+		}
+	}
+	return rows.Err()
 }
 
 func containsDecline(s string) bool { return strings.Contains(s, "decline") }

@@ -154,7 +154,10 @@ func (s *Store) Act(ctx context.Context, a OperatorAction) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": a.Reason}); err != nil {
+		b := &pgx.Batch{}
+		b.Queue(insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": a.Reason})
+		queueCountFinished(b, to, a.IntentID)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if a.Kind == ActionResend {

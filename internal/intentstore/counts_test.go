@@ -210,12 +210,8 @@ func TestFinishedCountsStayExactUnderConcurrentTransitions(t *testing.T) {
 	if kept != actual {
 		t.Fatalf("finished counts kept = %q, want %q (count(*) of the intents)", kept, actual)
 	}
-	var finished int64
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_intents WHERE finished_at IS NOT NULL`).Scan(&finished); err != nil {
-		t.Fatal(err)
-	}
-	if prunedCount == 0 || finished == 0 {
-		t.Errorf("pruned %d and kept %d finished intents: the race should have left some of both", prunedCount, finished)
+	if prunedCount == 0 {
+		t.Error("no prune ran during the race")
 	}
 	// A last prune of everything leaves no count behind.
 	if _, err := store.PruneIntents(ctx, 0, 10*n); err != nil {

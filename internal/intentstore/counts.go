@@ -16,11 +16,14 @@ import (
 // count costs the number of unfinished intents plus kinds × states, however
 // many finished intents are retained.
 
-// queueCountFinished adds to b the statement that counts intent id as
-// finished if the transaction b runs in moved it to a terminal state; to is
-// the state the transaction means to move it to, and nothing is queued
-// unless it is terminal. Queue it once per intent and transaction, after
-// the statements that move the intent.
+// queueCountFinished adds to b the statement that counts, among ids, the
+// intents that the transaction b runs in moved to a terminal state (see
+// countFinishedSQL); to is the state the transaction means to move them to,
+// and nothing is queued unless it is terminal. Queue it after the
+// statements that move the intents, and count an intent once per
+// transaction. A transaction that settles many intents queues it once with
+// all their ids: ids that did not finish, or were not moved by this
+// transaction, count nothing, so one aggregated write serves the group.
 func queueCountFinished(b *pgx.Batch, to intenttype.State, ids ...int64) {
 	if to.Terminal() {
 		b.Queue(countFinishedSQL, pgx.NamedArgs{"ids": ids})

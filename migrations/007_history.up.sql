@@ -1,6 +1,13 @@
 -- Cost must not grow with history: reading the counts and finding the
 -- unfinished intents take time in what is unfinished, not in what is kept.
 
+-- Dropping indexes needs this lock anyway: taken first, it cannot deadlock
+-- with a transaction that reads then writes the table, and it keeps any
+-- intent from finishing or being deleted between the backfill below and the
+-- commit. Reads and writes of outbox_intents wait while this migration runs
+-- (a few seconds per million intents).
+LOCK TABLE outbox_intents IN ACCESS EXCLUSIVE MODE;
+
 -- Counts of finished intents by kind and state. Finishing is for good (a
 -- terminal state is never left), so a count only grows when an intent
 -- finishes and shrinks when retention deletes it; internal/intentstore
@@ -16,9 +23,9 @@ CREATE TABLE outbox_intent_counts (
     PRIMARY KEY (kind, state, slot)
 );
 
--- Backfill from the intents already finished. The lock keeps any intent
--- from finishing or being deleted between the count and the commit.
-LOCK TABLE outbox_intents IN SHARE MODE;
+-- Backfill from the intents already finished. An older outboxd still
+-- running after this commits would finish intents without counting them:
+-- stop the old processes first (a newer schema keeps them from starting).
 INSERT INTO outbox_intent_counts (kind, state, slot, n)
 SELECT kind, state, 0, count(*)
 FROM outbox_intents

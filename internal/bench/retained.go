@@ -259,9 +259,10 @@ func (r *runner) retainedConsume(ctx context.Context, sides []*retainedDB) (Row,
 }
 
 // retainedDrain records keyed intents in both databases and drains each
-// with a dispatcher, in four rounds (empty, retained, retained, empty) so
-// that neither side is favoured by a quieter machine, and reports the rates
-// and the share of HOT updates on outbox_intents.
+// with a dispatcher, in eight rounds (empty, retained, retained, empty,
+// then the reverse) so that neither side is favoured by a machine whose
+// load changes, and reports the rates and the share of HOT updates on
+// outbox_intents.
 func (r *runner) retainedDrain(ctx context.Context, sides []*retainedDB) ([]Row, error) {
 	n, workers := r.sizes.DispatchIntents, r.sizes.Workers
 	dbl, err := startDoubles(nil, false)
@@ -272,9 +273,11 @@ func (r *runner) retainedDrain(ctx context.Context, sides []*retainedDB) ([]Row,
 	took := make([]time.Duration, len(sides))
 	drained := make([]int, len(sides))
 	hot := make([]hotShare, len(sides))
-	for round, i := range []int{0, 1, 1, 0} {
+	order := []int{0, 1, 1, 0, 1, 0, 0, 1}
+	for round, i := range order {
 		s := sides[i]
-		share := n/2 + boolInt(round >= 2 && n%2 == 1)
+		// Each side drains n in all.
+		share := n/4 + boolInt(round/2 < n%4)
 		client, err := intents.NewClient(s.db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
 		if err != nil {
 			return nil, err

@@ -152,7 +152,11 @@ func (r *runner) retainedRows(ctx context.Context) ([]Row, error) {
 	if err := fillRetained(ctx, full.pool, n); err != nil {
 		return nil, fmt.Errorf("fill: %w", err)
 	}
-	r.progress("  filled in %s", time.Since(started).Round(time.Second))
+	var heap, indexes int64
+	if err := full.pool.QueryRow(ctx, `SELECT pg_relation_size('outbox_intents'), pg_indexes_size('outbox_intents')`).Scan(&heap, &indexes); err != nil {
+		return nil, err
+	}
+	r.progress("  filled in %s; outbox_intents: %d MiB of rows, %d MiB of indexes", time.Since(started).Round(time.Second), heap>>20, indexes>>20)
 	for _, db := range []*database{empty, full} {
 		if _, err := db.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
 			return nil, err

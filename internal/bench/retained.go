@@ -408,19 +408,25 @@ func (r *runner) retainedReads(ctx context.Context, sides []*retainedDB) ([]Row,
 		if rd.call == nil {
 			rd.call = func(ctx context.Context, s *retainedDB) error { return get(ctx, s.admin, rd.path(s)) }
 		}
-		medians, fastest := make([]time.Duration, len(sides)), make([]time.Duration, len(sides))
-		for i, s := range sides {
-			times := make([]time.Duration, 0, reps)
-			for range reps + 2 {
+		// The sides take turns, read by read, so that a change in the
+		// machine's load falls on both alike; the first reads of each side
+		// (planning, cold pages) are not counted.
+		times := make([][]time.Duration, len(sides))
+		for rep := range reps + 2 {
+			for i, s := range sides {
 				start := time.Now()
 				if err := rd.call(ctx, s); err != nil {
 					return nil, fmt.Errorf("%s on the %s database: %w", rd.name, s.label, err)
 				}
-				times = append(times, time.Since(start))
+				if rep >= 2 {
+					times[i] = append(times[i], time.Since(start))
+				}
 			}
-			times = times[2:] // warm-up: the first reads plan and fetch pages
-			slices.Sort(times)
-			medians[i], fastest[i] = times[len(times)/2], times[0]
+		}
+		medians, fastest := make([]time.Duration, len(sides)), make([]time.Duration, len(sides))
+		for i, ts := range times {
+			slices.Sort(ts)
+			medians[i], fastest[i] = ts[len(ts)/2], ts[0]
 		}
 		row := Row{Measure: fmt.Sprintf("%s, %s retained", rd.name, count(r.sizes.RetainedIntents)), Unit: "ms",
 			Figure: ms(medians[1]), Baseline: "empty database", BaselineFigure: ms(medians[0]),

@@ -25,8 +25,11 @@ DROP INDEX outbox_intents_unfinished_idx;
 CREATE INDEX outbox_intents_unfinished_idx ON outbox_intents (state, created_at)
     WHERE state IN ('waiting', 'pending', 'dispatching', 'in_doubt');
 -- A key's turn: its unfinished intents in recorded order.
+-- Unfinished is finished_at IS NULL (outbox_intents_finished_check), not a
+-- list of states: an index whose predicate names state makes every update
+-- of state write all the table's indexes (no HOT update; see 007).
 CREATE INDEX outbox_intents_ordering_idx ON outbox_intents (ordering_key, key_seq)
-    WHERE ordering_key IS NOT NULL AND state IN ('waiting', 'pending', 'dispatching', 'in_doubt');
+    WHERE ordering_key IS NOT NULL AND finished_at IS NULL;
 
 -- One row per ordering key ever used. Its row lock serialises the
 -- recorders of one key (and the releases of its next intent), never those
@@ -138,7 +141,7 @@ BEGIN
         SELECT u.ord, EXISTS (
             SELECT 1 FROM outbox_intents self, outbox_intents o
             WHERE self.id = u.id AND o.ordering_key = self.ordering_key AND o.key_seq < self.key_seq
-              AND o.state IN ('waiting', 'pending', 'dispatching', 'in_doubt')) AS g
+              AND o.finished_at IS NULL) AS g
         FROM unnest(ids) WITH ORDINALITY AS u(id, ord)
     ) x;
 
@@ -304,7 +307,7 @@ BEGIN
     PERFORM 1 FROM outbox_ordering_keys WHERE ordering_key = ANY (keys) ORDER BY ordering_key FOR UPDATE;
     FOREACH k IN ARRAY keys LOOP
         SELECT id INTO c FROM outbox_intents
-        WHERE ordering_key = k AND state IN ('waiting', 'pending', 'dispatching', 'in_doubt')
+        WHERE ordering_key = k AND finished_at IS NULL
         ORDER BY key_seq LIMIT 1;
         IF FOUND THEN
             cand := cand || c.id;
@@ -318,7 +321,7 @@ BEGIN
           AND (ordering_key IS NULL OR NOT EXISTS (
               SELECT 1 FROM outbox_intents o
               WHERE o.ordering_key = me.ordering_key AND o.key_seq < me.key_seq
-                AND o.state IN ('waiting', 'pending', 'dispatching', 'in_doubt')));
+                AND o.finished_at IS NULL));
         IF FOUND THEN
             INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
             VALUES (cand[i], 'dispatcher', 'waiting', 'pending', cand_why[i]);

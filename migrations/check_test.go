@@ -51,11 +51,13 @@ func TestCheckSchemaNamesTheVersionsAndTheCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("migrated", latest)
-	if latest > 1 {
+	if all := migrations.All(); len(all) > 1 {
+		// The version before the latest: versions may have gaps.
+		previous := all[len(all)-2].Version
 		if _, err := m.DownTo(ctx, latest-1); err != nil {
 			t.Fatal(err)
 		}
-		check("one version behind", latest-1)
+		check("one version behind", previous)
 		if err := m.Check(ctx); !errors.Is(err, migrations.ErrNotMigrated) {
 			t.Errorf("Migrator.Check one version behind = %v, want ErrNotMigrated", err)
 		}

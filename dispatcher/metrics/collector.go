@@ -26,7 +26,7 @@ SELECT
     count(*) FILTER (WHERE state = 'in_doubt'),
     coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE state = 'pending')), 0)::float8
 FROM outbox_intents
-WHERE state IN ('waiting', 'pending', 'dispatching', 'in_doubt')`
+WHERE finished_at IS NULL AND state IN ('waiting', 'pending', 'dispatching', 'in_doubt')`
 
 // dbCollector reads gauges from PostgreSQL at scrape time.
 type dbCollector struct {

@@ -54,7 +54,7 @@ func (s *Store) Activity(ctx context.Context, since time.Time, bucket time.Durat
 	}
 	a := Activity{Since: since, Bucket: bucket, Recorded: make([]int, buckets), Succeeded: make([]int, buckets),
 		InDoubt: make([]int, buckets), Backlog: make([]int, buckets)}
-	rows, err := s.pool.Query(ctx, activitySQL, since, bucket.Seconds())
+	rows, err := s.pool.Query(ctx, activitySQL, since, bucket.Seconds(), waitingStates())
 	if err != nil {
 		return Activity{}, fmt.Errorf("audit: activity: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
@@ -82,6 +83,8 @@ func (b *testBundle) setState(t *testing.T, id int64, state intenttype.State) {
 		finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN now() END WHERE id = $1`, id, state); err != nil {
 		t.Fatal(err)
 	}
+	// Written behind the store's back: bring its finished counts in line.
+	recount(t, b.pool)
 	if state != intenttype.StatePending && state != intenttype.StateDispatching {
 		if _, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
 			WHERE kind = 'outbox_dispatch' AND (args->>'intent_id')::bigint = $1`, id); err != nil {
@@ -135,4 +138,17 @@ func ids(list []intenttype.Intent) []int64 {
 		out[i] = in.ID
 	}
 	return out
+}
+
+// recount rebuilds the store's finished counts after a test wrote intents
+// directly.
+func recount(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	store, err := intentstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Recount(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }

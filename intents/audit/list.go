@@ -152,7 +152,11 @@ func (s *Store) List(ctx context.Context, f Filter) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	rows, err := s.pool.Query(ctx, listIntentsSQL, nilIfEmpty(n.states), nilIfEmpty(n.kinds), nilIfEmpty(n.providerNames),
+	query := listIntentsSQL
+	if onlyUnfinished(n.states) {
+		query = listUnfinishedSQL
+	}
+	rows, err := s.pool.Query(ctx, query, nilIfEmpty(n.states), nilIfEmpty(n.kinds), nilIfEmpty(n.providerNames),
 		n.consumer, n.messageID, n.ref, n.since, n.until, n.after, n.limit+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("audit: list intents: %w", err)

@@ -1,7 +1,13 @@
 package audit
 
+import (
+	"strings"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
+)
+
 // The audit's SQL, in one place. Tables are created by
-// migrations/001 to 003. Every write is internal/intentstore's.
+// migrations/001 to 007. Every write is internal/intentstore's.
 
 // intentColumns is what every query returning intents selects, in the order
 // scanIntent reads.
@@ -26,6 +32,12 @@ WHERE ($1::text[] IS NULL OR state = ANY($1))
   AND ($9::bigint IS NULL OR id < $9)
 ORDER BY id DESC
 LIMIT $10`
+
+// listUnfinishedSQL is listIntentsSQL for a filter that names only states
+// an intent is in before it finishes: the partial index on unfinished
+// intents serves it, so an in_doubt list costs what is unfinished, not
+// what is retained.
+var listUnfinishedSQL = strings.Replace(listIntentsSQL, "WHERE ", "WHERE finished_at IS NULL\n  AND ", 1)
 
 const intentByIDSQL = `
 SELECT ` + intentColumns + `
@@ -58,30 +70,42 @@ FROM outbox_events
 WHERE intent_id = $1
 ORDER BY id`
 
+// countByKindStateSQL counts intents by kind and state: the finished ones
+// from the counts internal/intentstore keeps (migration 007), the others
+// live through the index on unfinished intents. Its cost grows with the
+// unfinished intents and the kinds, not with the retained history.
 const countByKindStateSQL = `
+SELECT kind, state, sum(n)::bigint
+FROM outbox_intent_counts
+GROUP BY kind, state
+HAVING sum(n) <> 0
+UNION ALL
 SELECT kind, state, count(*)
 FROM outbox_intents
+WHERE finished_at IS NULL
 GROUP BY kind, state`
 
-// oldestPendingAgeSQL measures by the database's clock, in microseconds;
-// NULL when nothing is pending or dispatching.
+// oldestPendingAgeSQL measures by the database's clock, in microseconds,
+// the age of the oldest intent in one of the states $1 (pending or
+// dispatching: a waiting intent waits for others, not for the dispatcher);
+// NULL when there is none.
 const oldestPendingAgeSQL = `
 SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
 FROM outbox_intents
-WHERE state IN ('pending', 'dispatching')`
+WHERE finished_at IS NULL AND state = ANY($1)`
 
 // activitySQL is Activity's one read: every intent that was waiting,
 // pending or dispatching at some point of the window, grouped by state and by the
 // buckets ($1 is the window's start, $2 a bucket's length in seconds) of
 // its creation (-1: before the window) and of its end (when it finished,
-// or last changed for an in_doubt one; NULL while still waiting, pending
-// or dispatching). Each branch is served by an index: the unfinished one on
-// (state, created_at) and the one on finished_at.
+// or last changed for an in_doubt one; NULL while still waiting for an
+// attempt, in one of the states $3). Each branch is served by an index:
+// the one on unfinished intents and the one on finished_at.
 const activitySQL = `
 WITH touched AS (
     SELECT state, created_at, NULL::timestamptz AS ended_at
     FROM outbox_intents
-    WHERE state IN ('waiting', 'pending', 'dispatching')
+    WHERE finished_at IS NULL AND state = ANY($3)
   UNION ALL
     SELECT state, created_at, finished_at
     FROM outbox_intents
@@ -89,7 +113,7 @@ WITH touched AS (
   UNION ALL
     SELECT state, created_at, updated_at
     FROM outbox_intents
-    WHERE state = 'in_doubt' AND updated_at >= $1
+    WHERE finished_at IS NULL AND state = 'in_doubt' AND updated_at >= $1
 )
 SELECT state,
     greatest(-1, floor(extract(epoch FROM created_at - $1::timestamptz) / $2::float8))::int,
@@ -100,3 +124,28 @@ GROUP BY 1, 2, 3`
 
 // payloadSQL reads an intent's payload as recorded, for Reveal.
 const payloadSQL = `SELECT payload FROM outbox_intents WHERE id = $1`
+
+// waitingStates are the states of an intent waiting for an attempt: every
+// state it can be in before it finishes but in_doubt, which waits for an
+// operator or a look-up instead. From intenttype, so a state added there
+// is counted without a change here.
+func waitingStates() []string {
+	var out []string
+	for _, s := range intenttype.States {
+		if !s.Terminal() && s != intenttype.StateInDoubt {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
+// onlyUnfinished reports whether every state of a non-empty list is one an
+// intent is in before it finishes.
+func onlyUnfinished(states []string) bool {
+	for _, s := range states {
+		if intenttype.State(s).Terminal() {
+			return false
+		}
+	}
+	return len(states) > 0
+}

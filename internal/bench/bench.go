@@ -50,6 +50,10 @@
 //   - slow provider: intents per second against a provider answering in
 //     50 ms at 100 workers, against River jobs sleeping 50 ms at the same
 //     concurrency. Target: 80% of the concurrency bound, 100/0.05 s = 2000/s.
+//   - retained: recording, dispatch, stats and every dashboard read on a
+//     database holding Sizes.RetainedIntents finished intents and markers,
+//     against an empty one in the same run (retained.go). Targets: 90% of
+//     the empty database's rates, 20 ms for every read.
 //   - memory: peak resident memory (VmHWM) of a real `outboxd run` process
 //     while it dispatches, against the same process idle. Target: 80 MiB.
 //
@@ -116,6 +120,9 @@ type Sizes struct {
 	E2EMinMessages int
 	// FsyncTool runs pg_test_fsync, when installed, for the machine line.
 	FsyncTool bool
+	// RetainedIntents is how many finished intents (and processed
+	// markers) the retained scenario keeps in its full database.
+	RetainedIntents int
 }
 
 // FullSizes is what `make bench` runs: about ten minutes on two cores.
@@ -137,6 +144,7 @@ func FullSizes() Sizes {
 		CommitLimitDuration: 5 * time.Second,
 		E2EMinMessages:      300,
 		FsyncTool:           true,
+		RetainedIntents:     1_000_000,
 	}
 }
 
@@ -160,6 +168,7 @@ func QuickSizes() Sizes {
 		E2EStep:             1500 * time.Millisecond,
 		CommitLimitDuration: 2 * time.Second,
 		E2EMinMessages:      150,
+		RetainedIntents:     1_000_000,
 	}
 }
 
@@ -182,6 +191,7 @@ func SmokeSizes() Sizes {
 		E2EStep:             300 * time.Millisecond,
 		CommitLimitDuration: time.Second,
 		E2EMinMessages:      20,
+		RetainedIntents:     2000,
 	}
 }
 
@@ -193,7 +203,7 @@ type Config struct {
 	// Sizes says how much work to do. Defaults to FullSizes().
 	Sizes *Sizes
 	// Only, when not empty, runs only the scenarios named (consume, batch,
-	// e2e, dispatch, latency, slow, memory).
+	// e2e, dispatch, latency, slow, memory, retained).
 	Only []string
 	// Peers, when not empty, limits the e2e scenario's peers to those
 	// named (see Peers); this module always runs.
@@ -212,7 +222,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "e2e", "dispatch", "ordered", "latency", "slow", "memory"}
+	return []string{"consume", "batch", "e2e", "dispatch", "ordered", "latency", "slow", "memory", "retained"}
 }
 
 // Row is one line of the table.
@@ -326,6 +336,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"latency", r.latencyRows},
 		{"slow", r.slowRows},
 		{"memory", r.memoryRows},
+		{"retained", r.retainedRows},
 	}
 	for _, s := range steps {
 		if len(cfg.Only) > 0 && !contains(cfg.Only, s.name) {
@@ -346,7 +357,7 @@ func (s Sizes) validate() error {
 		"ConsumeMessages": s.ConsumeMessages, "Batches": s.Batches, "BatchSize": s.BatchSize,
 		"DispatchIntents": s.DispatchIntents, "Workers": s.Workers, "LatencyRate": s.LatencyRate,
 		"SlowIntents": s.SlowIntents, "SlowWorkers": s.SlowWorkers, "MemoryIntents": s.MemoryIntents,
-		"E2EStep (ms)": int(s.E2EStep.Milliseconds()), "E2EMinMessages": s.E2EMinMessages, "CommitLimitDuration (ms)": int(s.CommitLimitDuration.Milliseconds()),
+		"E2EStep (ms)": int(s.E2EStep.Milliseconds()), "RetainedIntents": s.RetainedIntents, "E2EMinMessages": s.E2EMinMessages, "CommitLimitDuration (ms)": int(s.CommitLimitDuration.Milliseconds()),
 	} {
 		if v < 1 {
 			return fmt.Errorf("bench: Sizes.%s must be positive, got %d", name, v)

@@ -140,3 +140,31 @@ func TestSmokeE2ECoversEveryPeer(t *testing.T) {
 		}
 	}
 }
+
+// The retained scenario fills its database, measures both sides and keeps
+// stats exact on the filled one.
+func TestSmokeRetainedMeasuresEveryRow(t *testing.T) {
+	t.Parallel()
+	sizes := bench.SmokeSizes()
+	var progress bytes.Buffer
+	report, err := bench.Run(context.Background(), bench.Config{
+		ServerURL: pgtest.ServerURL(),
+		Sizes:     &sizes,
+		Only:      []string{"retained"},
+		Progress:  &progress,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	if len(report.Rows) != 14 {
+		t.Fatalf("%d rows, want 14 (consume, dispatch, HOT share, 11 reads)", len(report.Rows))
+	}
+	for _, row := range report.Rows {
+		// A share of HOT updates may be 0 in so small a run; a rate or a
+		// time may not.
+		positive := row.Unit != "%"
+		if (positive && (row.Figure <= 0 || row.BaselineFigure <= 0)) || row.Target == "" || row.Unit == "" {
+			t.Errorf("row %+v lacks a figure, a baseline or a target", row)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/internal/testkit"
 )
@@ -51,6 +52,14 @@ func (db *operatorDB) setState(t *testing.T, id int64, state intenttype.State, l
 	ctx := context.Background()
 	if _, err := db.pool.Exec(ctx, `UPDATE outbox_intents SET state = $2, attempt_count = 1, last_error = nullif($3, ''),
 		finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN now() END WHERE id = $1`, id, state, lastError); err != nil {
+		t.Fatal(err)
+	}
+	// Written behind the store's back: bring its finished counts in line.
+	store, err := intentstore.New(db.pool, nil)
+	if err == nil {
+		err = store.Recount(ctx)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()

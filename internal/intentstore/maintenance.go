@@ -56,9 +56,11 @@ func (s *Store) PruneMarkers(ctx context.Context, olderThan time.Duration, limit
 
 // PruneIntents deletes up to limit terminal intents that finished longer
 // than olderThan ago, with their attempts and events, and returns how many.
+// The finished counts lose what it deletes in the same statement.
 func (s *Store) PruneIntents(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, pruneIntentsSQL, pgx.NamedArgs{"older_than_us": olderThan.Microseconds(), "limit": limit})
-	return tag.RowsAffected(), err
+	var n int64
+	err := s.pool.QueryRow(ctx, pruneIntentsSQL, pgx.NamedArgs{"older_than_us": olderThan.Microseconds(), "limit": limit}).Scan(&n)
+	return n, err
 }
 
 // jobArgs adds the dispatch job's constants to args.

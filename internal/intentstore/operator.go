@@ -170,7 +170,13 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 		if a.Kind == ActionResend {
 			return s.EnqueueTx(ctx, tx, []int64{a.IntentID})
 		}
-		return s.orderSettledTx(ctx, tx, a.IntentID)
+		if err := s.orderSettledTx(ctx, tx, a.IntentID); err != nil {
+			return err
+		}
+		// After the release: it counts what the release cancelled too.
+		b := &pgx.Batch{}
+		queueCountFinished(b, to, a.IntentID)
+		return tx.SendBatch(ctx, b).Close()
 	})
 }
 

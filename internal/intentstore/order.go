@@ -63,6 +63,17 @@ func (s *Store) queueRecordOrder(b *pgx.Batch, ib *InsertBatch) {
 		panic(fmt.Sprintf("intentstore: encode order: %v", err))
 	}
 	b.Queue(recordOrderSQL, pgx.NamedArgs{"items": string(items), "job_kind": s.job.kind})
+	// An intent that comes after one already failed or cancelled is
+	// recorded cancelled: counted as finished in this transaction.
+	keys := make([]string, 0, len(ib.order.items))
+	for _, it := range ib.order.items {
+		if len(it.Order.After) > 0 {
+			keys = append(keys, it.Key)
+		}
+	}
+	if len(keys) > 0 {
+		b.Queue(countRecordedFinishedSQL, pgx.NamedArgs{"keys": keys})
+	}
 }
 
 // predecessorsFirst orders items so that each comes after the items it

@@ -85,6 +85,13 @@ func TestSettlementReleasesAndCancelsWhatWaits(t *testing.T) {
 			t.Fatalf("intent %d = %s (%q), want cancelled saying %q", w.id, s, lastErr, w.says)
 		}
 	}
+	countsExact := func(when string) {
+		t.Helper()
+		if kept, actual := finishedCounts(t, pool); kept != actual {
+			t.Fatalf("%s: finished counts kept %q, actual %q", when, kept, actual)
+		}
+	}
+	countsExact("after a failed and cancelled b and c")
 	var events int
 	count := func() int {
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&events); err != nil {
@@ -110,6 +117,30 @@ func TestSettlementReleasesAndCancelsWhatWaits(t *testing.T) {
 	if s, _, jobs := state(e); s != intenttype.StatePending || jobs != 1 {
 		t.Fatalf("e = %s with %d jobs after d succeeded, want pending with its job", s, jobs)
 	}
+	countsExact("after d succeeded")
+
+	// Recorded after an intent that already failed: cancelled at once, and
+	// counted. An operator's cancel cancels what waits for it, counted too.
+	var more intentstore.InsertBatch
+	more.Add(intentstore.NewIntent{Key: "f", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
+		Order: &intentstore.Order{After: []intentstore.OrderAfter{{Key: "a"}}}})
+	more.Add(intentstore.NewIntent{Key: "g", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test"})
+	more.Add(intentstore.NewIntent{Key: "h", Kind: "stripe.refund", Provider: "stripe", Payload: []byte(`{}`), Actor: "test",
+		Order: &intentstore.Order{After: []intentstore.OrderAfter{{Key: "g"}}}})
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &more) }); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, _ := state(more.IDs[0]); s != intenttype.StateCancelled {
+		t.Fatalf("f = %s, want recorded cancelled", s)
+	}
+	countsExact("after f was recorded cancelled")
+	if err := store.Act(ctx, intentstore.OperatorAction{Kind: intentstore.ActionCancel, IntentID: more.IDs[1], Actor: "operator:test", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, _ := state(more.IDs[2]); s != intenttype.StateCancelled {
+		t.Fatalf("h = %s after g was cancelled, want cancelled", s)
+	}
+	countsExact("after an operator cancelled g and so h")
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,7 +1,7 @@
 package intentstore
 
 // Every statement on the outbox's tables that changes them, and on the River
-// rows they touch, in one place. Tables are created by migrations/001 to 005.
+// rows they touch, in one place. Tables are created by migrations/001 to 007.
 // Parameters are named (pgx.NamedArgs).
 
 const namespaceSQL = `SELECT namespace FROM outbox_namespace`
@@ -251,7 +251,7 @@ const stateSQL = `SELECT state FROM outbox_intents WHERE id = @id`
 const strandedSQL = `
 SELECT i.id
 FROM outbox_intents i
-WHERE i.state IN ('pending', 'dispatching')
+WHERE i.finished_at IS NULL AND i.state IN ('pending', 'dispatching')
   AND i.updated_at < now() - (@grace_us::bigint * interval '1 microsecond')
   AND NOT EXISTS (
       SELECT 1 FROM river_job j
@@ -263,11 +263,11 @@ ORDER BY i.id
 LIMIT @limit`
 
 // dueRechecksSQL finds in_doubt intents whose next look-up at the provider
-// is due.
+// is due, among the unfinished ones (outbox_intents_unfinished_idx).
 const dueRechecksSQL = `
 SELECT ` + intentColumns + `
 FROM outbox_intents
-WHERE recheck_at <= @now AND state = 'in_doubt'
+WHERE finished_at IS NULL AND recheck_at <= @now AND state = 'in_doubt'
 ORDER BY recheck_at
 LIMIT @limit`
 
@@ -288,19 +288,91 @@ WHERE p.consumer = d.consumer AND p.message_id = d.message_id`
 // pruneIntentsSQL deletes up to @limit terminal intents that finished before
 // the audit retention, oldest first; their attempts and events go with them
 // (ON DELETE CASCADE). in_doubt and unfinished intents have no finished_at
-// and are never touched.
+// and are never touched. The finished counts lose what it deletes, in the
+// same statement. It returns how many it deleted.
 const pruneIntentsSQL = `
 WITH doomed AS (
     SELECT id FROM outbox_intents
     WHERE finished_at < now() - (@older_than_us::bigint * interval '1 microsecond')
-      AND state IN ('succeeded', 'failed', 'cancelled')
     ORDER BY finished_at
     LIMIT @limit
     FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM outbox_intents i
+    USING doomed d
+    WHERE i.id = d.id
+    RETURNING i.kind, i.state
+),
+counted AS (
+    INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
+    SELECT kind, state, ` + countSlot + `, -count(*)
+    FROM deleted
+    GROUP BY kind, state
+    ORDER BY kind, state
+    ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n
 )
-DELETE FROM outbox_intents i
-USING doomed d
-WHERE i.id = d.id`
+SELECT count(*) FROM deleted`
+
+// countSlot is the row of outbox_intent_counts a transaction adds to: its
+// backend's, so that concurrent transactions rarely share one and never
+// queue on a single hot row (migration 007).
+const countSlot = `(pg_backend_pid() % 64)::smallint`
+
+// countFinishedSQL adds the intents of @ids that this transaction moved to
+// a terminal state to the finished counts, one aggregated write per (kind,
+// state), together with the intents cancelled with them because they came
+// after one of them (migration 006: the release cancels them in the same
+// transaction, and so on down the dependencies). A row whose newest version
+// this transaction wrote (xmin) and that is finished now was finished by
+// this transaction: a terminal state is never left, and no statement of
+// this package writes an intent that is already terminal. So a settlement
+// whose guard failed adds nothing. It must run once per transaction for a
+// given intent, after the statements that move it and release what comes
+// after it.
+const countFinishedSQL = `
+WITH RECURSIVE finished (id) AS (
+    SELECT i.id FROM outbox_intents i
+    WHERE i.id = ANY(@ids::bigint[]) AND i.finished_at IS NOT NULL AND i.xmin = pg_current_xact_id()::xid
+  UNION
+    SELECT i.id
+    FROM finished f
+    JOIN outbox_intent_dependencies d ON d.after_id = f.id
+    JOIN outbox_intents i ON i.id = d.intent_id
+    WHERE i.finished_at IS NOT NULL AND i.xmin = pg_current_xact_id()::xid
+)
+INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
+SELECT kind, state, ` + countSlot + `, count(*)
+FROM outbox_intents
+WHERE id IN (SELECT id FROM finished)
+GROUP BY kind, state
+ORDER BY kind, state
+ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`
+
+// countRecordedFinishedSQL adds to the finished counts the intents of
+// @keys this transaction recorded already finished: cancelled at once
+// because an intent they come after had failed or been cancelled
+// (outbox_order_record).
+const countRecordedFinishedSQL = `
+INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
+SELECT kind, state, ` + countSlot + `, count(*)
+FROM outbox_intents
+WHERE idempotency_key = ANY(@keys::text[]) AND finished_at IS NOT NULL AND xmin = pg_current_xact_id()::xid
+GROUP BY kind, state
+ORDER BY kind, state
+ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`
+
+// recountSQL rebuilds the finished counts from the intents themselves; the
+// caller holds a lock that keeps intents from finishing meanwhile.
+var recountSQL = []string{
+	`LOCK TABLE outbox_intents IN SHARE MODE`,
+	`DELETE FROM outbox_intent_counts`,
+	`INSERT INTO outbox_intent_counts (kind, state, slot, n)
+SELECT kind, state, 0, count(*)
+FROM outbox_intents
+WHERE finished_at IS NOT NULL
+GROUP BY kind, state`,
+}
 
 // lockForOperatorSQL takes the row lock an operator action holds until
 // commit, so concurrent actions and the dispatcher's claims and settlements

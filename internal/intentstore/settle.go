@@ -132,6 +132,7 @@ func (s *Store) settleOnce(ctx context.Context, st Settlement) (Settled, error) 
 	if st.JobID != 0 {
 		b.Queue(completeJobSQL, pgx.NamedArgs{"job_id": st.JobID, "id": id})
 	}
+	queueCountFinished(b, st.To, id)
 	b.Queue(stateSQL, pgx.NamedArgs{"id": id}).QueryRow(func(row pgx.Row) error { return row.Scan(&out.State) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return Settled{}, err

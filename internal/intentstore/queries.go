@@ -131,6 +131,9 @@ const intentColumns = `id, idempotency_key, kind, provider, payload, state, atte
 
 const loadSQL = `SELECT ` + intentColumns + ` FROM outbox_intents WHERE id = @id`
 
+// loadManySQL is loadSQL for the intents of a fetch, read at once.
+const loadManySQL = `SELECT ` + intentColumns + ` FROM outbox_intents WHERE id = ANY(@ids::bigint[])`
+
 // claimSQL is the claim every provider call happens under: one statement,
 // so one implicit transaction and one round trip, committed before the call.
 // It moves the intent from the state and attempt count the worker saw to

@@ -41,6 +41,11 @@ type Store struct {
 	pool   *pgxpool.Pool
 	job    dispatchJob
 	notify *notifyLimiter
+	// Loads, claims and settlements made at the same time share a
+	// statement or a transaction (see combiner).
+	loads   *combiner[int64, Row]
+	claims  *combiner[ClaimParams, Claim]
+	settles *combiner[Settlement, Settled]
 }
 
 // Config configures a Store. A nil *Config takes every default.
@@ -68,7 +73,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{pool: pool, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: cfg.Now}}, nil
+	s := &Store{pool: pool, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: cfg.Now}}
+	s.loads = newCombiner(maxLoadGroup, s.loadGroup)
+	s.claims = newCombiner(maxClaimGroup, s.claimGroup)
+	s.settles = newCombiner(maxSettleGroup, s.settleGroup)
+	return s, nil
 }
 
 // Namespace reads the deployment's namespace (migration 003).
@@ -131,8 +140,52 @@ func scanRow(row pgx.CollectableRow) (Row, error) {
 }
 
 // Load reads an intent; pgx.ErrNoRows when there is none (pruned, or never
-// committed).
+// committed). Loads made at the same time (the workers of one fetch) are
+// read by one statement.
 func (s *Store) Load(ctx context.Context, id int64) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
+	return s.loads.do(context.WithoutCancel(ctx), id)
+}
+
+// maxLoadGroup bounds the intents one statement loads.
+const maxLoadGroup = 128
+
+func (s *Store) loadGroup(ctx context.Context, group []*call[int64, Row]) {
+	if len(group) == 1 {
+		group[0].res, group[0].err = s.loadOne(ctx, group[0].req)
+		return
+	}
+	ids := make([]int64, len(group))
+	for i, cl := range group {
+		ids[i] = cl.req
+	}
+	rows, err := s.pool.Query(ctx, loadManySQL, pgx.NamedArgs{"ids": ids})
+	var loaded []Row
+	if err == nil {
+		loaded, err = pgx.CollectRows(rows, scanRow)
+	}
+	if err != nil {
+		for _, cl := range group {
+			cl.err = err
+		}
+		return
+	}
+	byID := make(map[int64]Row, len(loaded))
+	for _, r := range loaded {
+		byID[r.ID] = r
+	}
+	for _, cl := range group {
+		r, ok := byID[cl.req]
+		if !ok {
+			cl.err = pgx.ErrNoRows
+		}
+		cl.res = r
+	}
+}
+
+func (s *Store) loadOne(ctx context.Context, id int64) (Row, error) {
 	rows, err := s.pool.Query(ctx, loadSQL, pgx.NamedArgs{"id": id})
 	if err != nil {
 		return Row{}, err

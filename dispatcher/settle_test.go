@@ -6,9 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
 
@@ -75,5 +78,45 @@ func TestCancelRefusedOnceAnAttemptMayHaveActed(t *testing.T) {
 	}
 	if s := b.intent(t, id); s.State != intenttype.StatePending {
 		t.Fatalf("intent = %+v, want pending, untouched by the refused cancel", s)
+	}
+}
+
+// A graceful Stop returns only once every attempt in flight has recorded
+// its outcome: none is left dispatching, waiting for a settlement that
+// would never be written.
+func TestStopSettlesEveryAttemptInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, options{})
+	const n = 12
+	for range n {
+		b.sendgrid.Faults().Push(fault.Fault{Kind: fault.Delay, Delay: 500 * time.Millisecond})
+	}
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = b.record(t, sendgridprovider.KindEmail, emailPayload)
+	}
+	cfg := b.config()
+	cfg.FetchLoops = 3
+	d, err := dispatcher.New(b.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "every call in flight", func() bool { return b.sendgrid.Stats().Requests == n })
+	stopCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := d.Stop(stopCtx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	for _, id := range ids {
+		if s := b.intent(t, id); s.State != intenttype.StateSucceeded || s.ProviderRef == "" {
+			t.Errorf("intent %d after Stop = %+v, want succeeded with SendGrid's message id", id, s)
+		}
+		if n := b.sendgrid.EffectsFor(id); n != 1 {
+			t.Errorf("SendGrid double accepted %d emails for intent %d, want 1", n, id)
+		}
 	}
 }

@@ -6,27 +6,29 @@ import (
 	"sync"
 )
 
-// combiner runs the requests of concurrent callers in groups, one group at
-// a time, as River's batch completer does for job rows: a caller that finds
-// no group in flight runs its request at once, alone; callers that arrive
-// while a group is in flight wait, and the first of them then runs all of
-// them (up to max) as the next group. So a group never waits for a timer:
+// combiner runs the requests of concurrent callers in groups, as River's
+// batch completer does for job rows: a caller that finds fewer than lanes
+// groups in flight runs its request at once, alone; callers that arrive
+// while every lane is busy wait, and the next lane to free up runs them
+// together (up to max) as one group. So a group never waits for a timer:
 // at low load every request runs alone with a single round trip's latency,
-// and under load one round trip and one commit serve many requests.
+// and under load one round trip and one commit serve many requests. More
+// than one lane keeps a group's work from being serialised on a single
+// database backend when the server is short of CPU.
 //
-// No goroutine of its own runs the groups: the caller at the head of the
-// queue does. Every request therefore has a caller blocked in do until its
-// result is set, and nothing is left queued when every caller has returned
-// (a Dispatcher's Stop waits for its workers, so it waits for their
-// settlements too).
+// No goroutine of its own runs the groups: a waiting caller does, handed
+// its group by the caller whose group finished. Every request therefore has
+// a caller blocked in do until its result is set, and nothing is left
+// queued when every caller has returned (a Dispatcher's Stop waits for its
+// workers, so it waits for their settlements too).
 type combiner[Req, Res any] struct {
-	max int
+	max, lanes int
 	// run sets res and err of every call in group. It must not keep them.
 	run func(ctx context.Context, group []*call[Req, Res])
 
-	mu    sync.Mutex
-	queue []*call[Req, Res]
-	busy  bool // a group is in flight; queue[0], if any, leads the next one
+	mu       sync.Mutex
+	queue    []*call[Req, Res]
+	inFlight int // groups running; the queue is empty while fewer than lanes
 }
 
 // call is one caller's request in a combiner.
@@ -34,52 +36,54 @@ type call[Req, Res any] struct {
 	req Req
 	res Res
 	err error
-	// done receives true when the call must lead the next group, false
+	// done receives the group the call must run, itself first, or nil
 	// once res and err are set.
-	done chan bool
+	done chan []*call[Req, Res]
 }
 
-func newCombiner[Req, Res any](maxGroup int, run func(context.Context, []*call[Req, Res])) *combiner[Req, Res] {
-	return &combiner[Req, Res]{max: maxGroup, run: run}
+func newCombiner[Req, Res any](maxGroup, lanes int, run func(context.Context, []*call[Req, Res])) *combiner[Req, Res] {
+	return &combiner[Req, Res]{max: maxGroup, lanes: lanes, run: run}
 }
 
 // do runs req in a group and returns its result. The group runs under the
 // context of the caller that leads it; run must not let one caller's
 // cancellation fail the others' requests.
 func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
-	me := &call[Req, Res]{req: req, done: make(chan bool, 1)}
+	me := &call[Req, Res]{req: req, done: make(chan []*call[Req, Res], 1)}
+	var group []*call[Req, Res]
 	c.mu.Lock()
-	c.queue = append(c.queue, me)
-	lead := !c.busy
-	c.busy = true
-	c.mu.Unlock()
-	if !lead && !<-me.done {
-		return me.res, me.err
-	}
-	// me is at the head of the queue: while busy, only the leader takes
-	// calls off it, and a new leader is always its head.
-	c.mu.Lock()
-	n := min(len(c.queue), c.max)
-	group := make([]*call[Req, Res], n)
-	copy(group, c.queue)
-	c.queue = append(c.queue[:0:0], c.queue[n:]...)
-	c.mu.Unlock()
-
-	c.runGroup(ctx, group)
-
-	c.mu.Lock()
-	var next *call[Req, Res]
-	if len(c.queue) > 0 {
-		next = c.queue[0]
+	if c.inFlight < c.lanes {
+		c.inFlight++
+		group = []*call[Req, Res]{me}
 	} else {
-		c.busy = false
+		c.queue = append(c.queue, me)
+	}
+	c.mu.Unlock()
+	if group == nil {
+		if group = <-me.done; group == nil {
+			return me.res, me.err
+		}
+	}
+	c.runGroup(ctx, group)
+	// Hand the lane to the next group, if any, before telling this
+	// group's callers: the next commit starts as soon as possible.
+	c.mu.Lock()
+	var next []*call[Req, Res]
+	if n := min(len(c.queue), c.max); n > 0 {
+		next = make([]*call[Req, Res], n)
+		copy(next, c.queue)
+		c.queue = append(c.queue[:0:0], c.queue[n:]...)
+	} else {
+		c.inFlight--
 	}
 	c.mu.Unlock()
 	if next != nil {
-		next.done <- true
+		next[0].done <- next
 	}
-	for _, cl := range group[1:] {
-		cl.done <- false
+	for _, cl := range group {
+		if cl != me {
+			cl.done <- nil
+		}
 	}
 	return me.res, me.err
 }

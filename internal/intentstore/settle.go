@@ -185,35 +185,35 @@ func (r *settleResult) settled() Settled {
 func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 	id := st.Row.ID
 	res := &settleResult{}
-	if o := st.Outcome; o != nil && st.Attempt > 0 {
-		b.Queue(closeAttemptSQL, pgx.NamedArgs{
-			"id": id, "attempt": st.Attempt, "finished_at": o.Finished, "outcome": o.Outcome,
-			"http_status": nullInt(o.HTTPStatus), "provider_ref": nullString(o.ProviderRef),
-			"replayed": o.Replayed, "error": nullString(o.Error),
-		})
-	}
-	b.Queue(settleSQL, pgx.NamedArgs{
+	args := pgx.NamedArgs{
 		"id": id, "from": st.From, "to": st.To, "attempt": st.Attempt,
 		"seen_attempts": st.Row.AttemptCount, "seen_generation": st.Row.KeyGeneration,
 		"may_have_acted": st.MayHaveActed, "new_generation": st.NewGeneration,
 		"provider_ref": nullString(st.ProviderRef), "last_error": nullString(st.LastError),
 		"recheck_at": st.RecheckAt, "recheck_count": st.RecheckCount, "reason": st.Reason,
-	}).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated) })
-	if st.To == intenttype.StateSucceeded && st.Attempt > 0 {
-		// Only when the guard failed does this find an in_doubt intent.
-		b.Queue(adoptLateSuccessSQL, pgx.NamedArgs{
-			"id": id, "seen_generation": st.Row.KeyGeneration, "provider_ref": nullString(st.ProviderRef),
-			"reason": fmt.Sprintf("attempt %d, taken over meanwhile, learnt that the provider performed it", st.Attempt),
-		}).QueryRow(func(row pgx.Row) error { return row.Scan(&res.adopted) })
+		"close_attempt": false, "finished_at": nil, "outcome": nil, "http_status": nil,
+		"attempt_provider_ref": nil, "replayed": false, "attempt_error": nil,
 	}
+	if o := st.Outcome; o != nil && st.Attempt > 0 {
+		args["close_attempt"], args["finished_at"], args["outcome"] = true, o.Finished, o.Outcome
+		args["http_status"], args["attempt_provider_ref"] = nullInt(o.HTTPStatus), nullString(o.ProviderRef)
+		args["replayed"], args["attempt_error"] = o.Replayed, nullString(o.Error)
+	}
+	b.Queue(settleSQL, args).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated) })
 	if st.Enqueue {
 		b.Queue(enqueueSQL, s.jobArgs(pgx.NamedArgs{"ids": []int64{id}}))
 		b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
 	}
-	if st.JobID != 0 {
-		b.Queue(completeJobSQL, pgx.NamedArgs{"job_id": st.JobID, "id": id})
+	// Only when settleSQL's guard failed does adopt find an in_doubt intent.
+	adopt := st.To == intenttype.StateSucceeded && st.Attempt > 0
+	var adoptReason string
+	if adopt {
+		adoptReason = fmt.Sprintf("attempt %d, taken over meanwhile, learnt that the provider performed it", st.Attempt)
 	}
-	b.Queue(stateSQL, pgx.NamedArgs{"id": id}).QueryRow(func(row pgx.Row) error { return row.Scan(&res.state) })
+	b.Queue(settledSQL, pgx.NamedArgs{
+		"id": id, "adopt": adopt, "seen_generation": st.Row.KeyGeneration, "provider_ref": nullString(st.ProviderRef),
+		"reason": adoptReason, "job_id": st.JobID,
+	}).QueryRow(func(row pgx.Row) error { return row.Scan(&res.adopted, &res.state) })
 	return res
 }
 

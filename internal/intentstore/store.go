@@ -74,9 +74,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	s := &Store{pool: pool, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: cfg.Now}}
-	s.loads = newCombiner(maxLoadGroup, s.loadGroup)
-	s.claims = newCombiner(maxClaimGroup, s.claimGroup)
-	s.settles = newCombiner(maxSettleGroup, s.settleGroup)
+	s.loads = newCombiner(maxLoadGroup, groupLanes, s.loadGroup)
+	s.claims = newCombiner(maxClaimGroup, groupLanes, s.claimGroup)
+	s.settles = newCombiner(maxSettleGroup, groupLanes, s.settleGroup)
 	return s, nil
 }
 
@@ -148,6 +148,10 @@ func (s *Store) Load(ctx context.Context, id int64) (Row, error) {
 	}
 	return s.loads.do(context.WithoutCancel(ctx), id)
 }
+
+// groupLanes is how many groups of loads, of claims and of settlements may
+// be in flight at once (see combiner).
+const groupLanes = 4
 
 // maxLoadGroup bounds the intents one statement loads.
 const maxLoadGroup = 128

@@ -135,8 +135,9 @@ type Config struct {
 	// client on the dispatch queue with its own producer. River keeps one
 	// fetch in flight per loop, and a loop whose workers free up while it
 	// fetches waits for its next turn: against a slow provider one loop
-	// leaves workers idle that several loops keep busy. Each loop holds
-	// one connection of the pool for its notifications (LISTEN). Defaults
+	// leaves workers idle that several loops keep busy. Each loop keeps a
+	// connection to Postgres of its own for notifications (LISTEN), taken
+	// from the pool and then held outside it. Defaults
 	// to one loop per DefaultWorkersPerFetchLoop workers; at most
 	// MaxWorkers, and at most MaxFetchLoops.
 	FetchLoops int

@@ -128,7 +128,8 @@ func clientID(i int) string {
 	if len(host) > 50 {
 		host = host[:50]
 	}
-	return fmt.Sprintf("%s_%d_%s_loop%d", host, os.Getpid(), time.Now().UTC().Format("20060102T150405_000000"), i)
+	at := strings.Replace(time.Now().UTC().Format("20060102T150405.000000"), ".", "_", 1)
+	return fmt.Sprintf("%s_%d_%s_loop%d", host, os.Getpid(), at, i)
 }
 
 // riverMiddleware traces River's work of every job (a "river.work/<kind>"

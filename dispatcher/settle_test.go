@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
@@ -117,6 +119,33 @@ func TestStopSettlesEveryAttemptInFlight(t *testing.T) {
 		}
 		if n := b.sendgrid.EffectsFor(id); n != 1 {
 			t.Errorf("SendGrid double accepted %d emails for intent %d, want 1", n, id)
+		}
+	}
+}
+
+// FetchLoops defaults to one loop per 25 workers and refuses more loops
+// than workers, naming the field.
+func TestFetchLoopsIsValidated(t *testing.T) {
+	t.Parallel()
+	reg, err := providers.NewRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		workers, loops int
+		want           string
+	}{
+		{workers: 50, loops: 0},
+		{workers: 10, loops: 10},
+		{workers: 10000, loops: 0}, // 400 by the ratio, capped at MaxFetchLoops
+		{workers: 4, loops: 5, want: "Config.FetchLoops must be between 1 and 16 (and at most MaxWorkers, 4), got 5"},
+		{workers: 50, loops: 17, want: "Config.FetchLoops must be between 1 and 16"},
+		{workers: 50, loops: -1, want: "Config.FetchLoops must be between 1 and 16"},
+	} {
+		cfg := &dispatcher.Config{Providers: reg, MaxWorkers: tc.workers, FetchLoops: tc.loops}
+		err := cfg.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("MaxWorkers %d, FetchLoops %d: Validate() = %v, want %q", tc.workers, tc.loops, err, tc.want)
 		}
 	}
 }

@@ -151,7 +151,7 @@ func (s *Store) Load(ctx context.Context, id int64) (Row, error) {
 
 // groupLanes is how many groups of loads, of claims and of settlements may
 // be in flight at once (see combiner).
-const groupLanes = 4
+const groupLanes = 2
 
 // maxLoadGroup bounds the intents one statement loads.
 const maxLoadGroup = 128

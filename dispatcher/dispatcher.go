@@ -40,6 +40,8 @@ type Dispatcher struct {
 	// namespace is the deployment's (intentstore.Store.Namespace), read by
 	// Start before any work.
 	namespace string
+	// rules say which intents a job claims as it loads them; set by Start.
+	rules *intentstore.ClaimRules
 }
 
 // New returns a Dispatcher working the intents in the database behind pool,
@@ -150,11 +152,9 @@ func riverMiddleware(tp trace.TracerProvider) []rivertype.Middleware {
 // Start begins working intents. It returns once River has started; work
 // goes on in the background until Stop.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	ns, err := d.store.Namespace(ctx)
-	if err != nil {
-		return fmt.Errorf("dispatcher: %w (has the database been migrated? outboxd migrate)", err)
+	if err := d.prepare(ctx); err != nil {
+		return err
 	}
-	d.namespace = ns
 	// River stops hard when its start context ends; shutdown goes through
 	// Stop instead, so it can be graceful.
 	for i, c := range d.clients {
@@ -168,6 +168,30 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// prepare reads what every decision needs from the database: the
+// deployment's namespace.
+func (d *Dispatcher) prepare(ctx context.Context) error {
+	ns, err := d.store.Namespace(ctx)
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w (has the database been migrated? outboxd migrate)", err)
+	}
+	d.namespace = ns
+	d.rules = d.claimRules(ns)
+	return nil
+}
+
+// claimRules are the intentstore.ClaimRules of this dispatcher's decisions
+// (see work): its attempt budgets and the key limits of its providers.
+func (d *Dispatcher) claimRules(namespace string) *intentstore.ClaimRules {
+	limits := map[string]int{}
+	for _, p := range d.config.Providers.Providers() {
+		limits[p.Name()] = p.Capabilities().MaxKeyLength
+	}
+	return &intentstore.ClaimRules{
+		Namespace: namespace, MaxAttempts: d.config.MaxAttempts, MaxAttemptsByKind: d.config.MaxAttemptsByKind, MaxKeyLength: limits,
+	}
 }
 
 // Stop stops fetching new intents and waits for attempts in flight to

@@ -43,9 +43,9 @@ type Store struct {
 	notify *notifyLimiter
 	// Loads, claims and settlements made at the same time share a
 	// statement or a transaction (see combiner).
-	loads   *combiner[int64, Row]
-	claims  *combiner[ClaimParams, Claim]
-	settles *combiner[Settlement, Settled]
+	loadClaims *combiner[loadClaimReq, Loaded]
+	claims     *combiner[ClaimParams, Claim]
+	settles    *combiner[Settlement, Settled]
 }
 
 // Config configures a Store. A nil *Config takes every default.
@@ -74,7 +74,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	s := &Store{pool: pool, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: cfg.Now}}
-	s.loads = newCombiner(maxLoadGroup, groupLanes, s.loadGroup)
+	s.loadClaims = newCombiner(maxLoadClaimGroup, groupLanes, s.loadClaimGroup)
 	s.claims = newCombiner(maxClaimGroup, groupLanes, s.claimGroup)
 	s.settles = newCombiner(maxSettleGroup, groupLanes, s.settleGroup)
 	return s, nil
@@ -140,62 +140,18 @@ func scanRow(row pgx.CollectableRow) (Row, error) {
 }
 
 // Load reads an intent; pgx.ErrNoRows when there is none (pruned, or never
-// committed). Loads made at the same time (the workers of one fetch) are
-// read by one statement.
+// committed).
 func (s *Store) Load(ctx context.Context, id int64) (Row, error) {
-	if err := ctx.Err(); err != nil {
-		return Row{}, err
-	}
-	return s.loads.do(context.WithoutCancel(ctx), id)
-}
-
-// groupLanes is how many groups of loads, of claims and of settlements may
-// be in flight at once (see combiner).
-const groupLanes = 2
-
-// maxLoadGroup bounds the intents one statement loads.
-const maxLoadGroup = 128
-
-func (s *Store) loadGroup(ctx context.Context, group []*call[int64, Row]) {
-	if len(group) == 1 {
-		group[0].res, group[0].err = s.loadOne(ctx, group[0].req)
-		return
-	}
-	ids := make([]int64, len(group))
-	for i, cl := range group {
-		ids[i] = cl.req
-	}
-	rows, err := s.pool.Query(ctx, loadManySQL, pgx.NamedArgs{"ids": ids})
-	var loaded []Row
-	if err == nil {
-		loaded, err = pgx.CollectRows(rows, scanRow)
-	}
-	if err != nil {
-		for _, cl := range group {
-			cl.err = err
-		}
-		return
-	}
-	byID := make(map[int64]Row, len(loaded))
-	for _, r := range loaded {
-		byID[r.ID] = r
-	}
-	for _, cl := range group {
-		r, ok := byID[cl.req]
-		if !ok {
-			cl.err = pgx.ErrNoRows
-		}
-		cl.res = r
-	}
-}
-
-func (s *Store) loadOne(ctx context.Context, id int64) (Row, error) {
 	rows, err := s.pool.Query(ctx, loadSQL, pgx.NamedArgs{"id": id})
 	if err != nil {
 		return Row{}, err
 	}
 	return pgx.CollectExactlyOneRow(rows, scanRow)
 }
+
+// groupLanes is how many groups of claims and of settlements may be in
+// flight at once (see combiner).
+const groupLanes = 2
 
 // retryTransient runs fn until it succeeds, fails for good, or ctx ends,
 // with backoff: a settlement that meets a lost connection or a terminated

@@ -27,6 +27,11 @@ const (
 	// default, 100ms, caps a queue at MaxWorkers jobs per 100ms (500/s at
 	// 50 workers) and adds up to 100ms between a commit and its call.
 	DefaultFetchCooldown = 5 * time.Millisecond
+	// DefaultWorkersPerFetchLoop sets Config.FetchLoops's default: one
+	// fetch loop per this many workers (rounded up).
+	DefaultWorkersPerFetchLoop = 25
+	// MaxFetchLoops bounds Config.FetchLoops.
+	MaxFetchLoops = 16
 	// DefaultFetchPollInterval is Config.FetchPollInterval's default,
 	// River's: polling is only the fallback when a notification is missed.
 	DefaultFetchPollInterval = time.Second
@@ -125,6 +130,17 @@ type Config struct {
 	// per fetch, so MaxWorkers per FetchCooldown). Lower costs more fetch
 	// queries when busy, none when idle. Defaults to DefaultFetchCooldown.
 	FetchCooldown time.Duration
+
+	// FetchLoops is how many fetch loops share MaxWorkers, each a River
+	// client on the dispatch queue with its own producer. River keeps one
+	// fetch in flight per loop, and a loop whose workers free up while it
+	// fetches waits for its next turn: against a slow provider one loop
+	// leaves workers idle that several loops keep busy. Each loop keeps a
+	// connection to Postgres of its own for notifications (LISTEN), taken
+	// from the pool and then held outside it. Defaults
+	// to one loop per DefaultWorkersPerFetchLoop workers; at most
+	// MaxWorkers, and at most MaxFetchLoops.
+	FetchLoops int
 
 	// FetchPollInterval is how often the dispatcher looks for jobs without
 	// being told (river.Config.FetchPollInterval): the fallback for a missed
@@ -233,6 +249,13 @@ func (c *Config) withDefaults() (*Config, error) {
 	if out.MaxWorkers < 0 || out.MaxWorkers > 10000 {
 		return nil, fmt.Errorf("dispatcher: Config.MaxWorkers must be between 1 and 10000, got %d", out.MaxWorkers)
 	}
+	if out.FetchLoops == 0 {
+		out.FetchLoops = min((out.MaxWorkers+DefaultWorkersPerFetchLoop-1)/DefaultWorkersPerFetchLoop, MaxFetchLoops)
+	}
+	if out.FetchLoops < 0 || out.FetchLoops > min(out.MaxWorkers, MaxFetchLoops) {
+		return nil, fmt.Errorf("dispatcher: Config.FetchLoops must be between 1 and %d (and at most MaxWorkers, %d), got %d",
+			MaxFetchLoops, out.MaxWorkers, out.FetchLoops)
+	}
 	if out.MaxAttempts == 0 {
 		out.MaxAttempts = DefaultMaxAttempts
 	}
@@ -278,6 +301,18 @@ func (c *Config) withDefaults() (*Config, error) {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &out, nil
+}
+
+// loopWorkers shares MaxWorkers among the fetch loops.
+func (c *Config) loopWorkers() []int {
+	out := make([]int, c.FetchLoops)
+	for i := range out {
+		out[i] = c.MaxWorkers / c.FetchLoops
+		if i < c.MaxWorkers%c.FetchLoops {
+			out[i]++
+		}
+	}
+	return out
 }
 
 func (c *Config) maxAttemptsFor(kind string) int {

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,10 +34,14 @@ type Dispatcher struct {
 	pool   *pgxpool.Pool
 	store  *intentstore.Store
 	tracer trace.Tracer
-	river  *river.Client[pgx.Tx]
+	// clients are River clients on the dispatch queue, each with its own
+	// fetch loop (Config.FetchLoops) and a share of MaxWorkers.
+	clients []*river.Client[pgx.Tx]
 	// namespace is the deployment's (intentstore.Store.Namespace), read by
 	// Start before any work.
 	namespace string
+	// rules say which intents a job claims as it loads them; set by Start.
+	rules *intentstore.ClaimRules
 }
 
 // New returns a Dispatcher working the intents in the database behind pool,
@@ -55,6 +62,20 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	d := &Dispatcher{config: cfg, pool: pool, store: store, tracer: tracing.Tracer(cfg.TracerProvider)}
+	for i, n := range cfg.loopWorkers() {
+		client, err := d.newClient(pool, cfg, i, n)
+		if err != nil {
+			return nil, err
+		}
+		d.clients = append(d.clients, client)
+	}
+	return d, nil
+}
+
+// newClient returns the River client of fetch loop i, working maxWorkers
+// jobs of the dispatch queue at once. Every client has every worker and
+// the periodic jobs: whichever is elected leader runs those.
+func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config, i, maxWorkers int) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &dispatchWorker{d: d}); err != nil {
 		return nil, err
@@ -68,8 +89,15 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err := river.AddWorkerSafely(workers, &recheckWorker{d: d}); err != nil {
 		return nil, err
 	}
-	d.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:               map[string]river.QueueConfig{intentstore.DispatchQueue: {MaxWorkers: cfg.MaxWorkers}},
+	var id string
+	if cfg.FetchLoops > 1 {
+		// River's default ID (host and start time) could be the same for
+		// two clients created in the same microsecond.
+		id = clientID(i)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID:                   id,
+		Queues:               map[string]river.QueueConfig{intentstore.DispatchQueue: {MaxWorkers: maxWorkers}},
 		Workers:              workers,
 		JobTimeout:           cfg.jobTimeout(),
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
@@ -91,7 +119,19 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: river client: %w", err)
 	}
-	return d, nil
+	return client, nil
+}
+
+// clientID names fetch loop i's River client: the host, the process, the
+// time and the loop, at most River's 100 characters.
+func clientID(i int) string {
+	host, _ := os.Hostname()
+	host = strings.NewReplacer(".", "_", "-", "_").Replace(host)
+	if len(host) > 50 {
+		host = host[:50]
+	}
+	at := strings.Replace(time.Now().UTC().Format("20060102T150405.000000"), ".", "_", 1)
+	return fmt.Sprintf("%s_%d_%s_loop%d", host, os.Getpid(), at, i)
 }
 
 // riverMiddleware traces River's work of every job (a "river.work/<kind>"
@@ -112,26 +152,73 @@ func riverMiddleware(tp trace.TracerProvider) []rivertype.Middleware {
 // Start begins working intents. It returns once River has started; work
 // goes on in the background until Stop.
 func (d *Dispatcher) Start(ctx context.Context) error {
+	if err := d.prepare(ctx); err != nil {
+		return err
+	}
+	// River stops hard when its start context ends; shutdown goes through
+	// Stop instead, so it can be graceful.
+	for i, c := range d.clients {
+		if err := c.Start(context.WithoutCancel(ctx)); err != nil {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			for _, started := range d.clients[:i] {
+				_ = started.Stop(stopCtx)
+			}
+			cancel()
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare reads what every decision needs from the database: the
+// deployment's namespace.
+func (d *Dispatcher) prepare(ctx context.Context) error {
 	ns, err := d.store.Namespace(ctx)
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w (has the database been migrated? outboxd migrate)", err)
 	}
 	d.namespace = ns
-	// River stops hard when its start context ends; shutdown goes through
-	// Stop instead, so it can be graceful.
-	return d.river.Start(context.WithoutCancel(ctx))
+	d.rules = d.claimRules(ns)
+	return nil
+}
+
+// claimRules are the intentstore.ClaimRules of this dispatcher's decisions
+// (see work): its attempt budgets and the key limits of its providers.
+func (d *Dispatcher) claimRules(namespace string) *intentstore.ClaimRules {
+	limits := map[string]int{}
+	for _, p := range d.config.Providers.Providers() {
+		limits[p.Name()] = p.Capabilities().MaxKeyLength
+	}
+	return &intentstore.ClaimRules{
+		Namespace: namespace, MaxAttempts: d.config.MaxAttempts, MaxAttemptsByKind: d.config.MaxAttemptsByKind, MaxKeyLength: limits,
+	}
 }
 
 // Stop stops fetching new intents and waits for attempts in flight to
-// record their outcome. If ctx ends first, attempts still running are
-// cancelled (a cancelled call is classified like any other lost call) and
-// Stop returns ctx's error.
+// record their outcome: a worker returns only once its settlement has
+// committed, so when Stop returns no outcome is waiting to be written. If
+// ctx ends first, attempts still running are cancelled (a cancelled call is
+// classified like any other lost call, and its settlement is still
+// written) and Stop returns ctx's error.
 func (d *Dispatcher) Stop(ctx context.Context) error {
-	err := d.river.Stop(ctx)
+	errs := make([]error, len(d.clients))
+	var wg sync.WaitGroup
+	for i, c := range d.clients {
+		wg.Go(func() { errs[i] = d.stopClient(ctx, c) })
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Dispatcher) stopClient(ctx context.Context, c *river.Client[pgx.Tx]) error {
+	err := c.Stop(ctx)
 	if err != nil && ctx.Err() != nil {
 		cancelCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = d.river.StopAndCancel(cancelCtx)
+		_ = c.StopAndCancel(cancelCtx)
 		return ctx.Err()
 	}
 	return err

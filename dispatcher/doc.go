@@ -9,7 +9,8 @@
 // owner of the intent's state machine. One attempt goes like this:
 //
 //   - Claim: the intent moves to dispatching under a new attempt number, in
-//     one statement committed before the call, for every provider. The first
+//     one statement committed before the call, for every provider (the
+//     claims of workers that start together share that commit). The first
 //     claim of a key generation fixes the key the provider is sent
 //     (intenttype.ProviderKey: the deployment's namespace, the generation,
 //     the intent's key) and starts its key window.
@@ -33,11 +34,16 @@
 //   - The outcome, its attempt row and the completion of the job commit in
 //     one transaction, sent again on a transient database error, so a known
 //     outcome is not lost and a job re-run after a lost completion finds its
-//     intent terminal and does nothing.
+//     intent terminal and does nothing. Outcomes that finish while another
+//     settlement is committing share the next transaction (group commit),
+//     each under its own guard.
 //
 // An intent found dispatching was claimed by an attempt that never settled
 // (a crash, a lost settlement): within a keyed provider's window the next
 // attempt takes it over with the same key; otherwise it is reconciled.
+//
+// Workers fetch jobs through Config.FetchLoops River clients on the dispatch
+// queue, each with its own fetch loop and a share of Config.MaxWorkers.
 //
 // Attempts per intent are bounded (Config.MaxAttempts); an operator's resend
 // grants a fresh budget. A periodic sweep, run by River's elected leader,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,17 +83,22 @@ func TestPastTheKeyWindowAfterAMaybeNeverCallsAgain(t *testing.T) {
 	}
 }
 
-// cutsConnections is the SendGrid adapter, except that once the email is
-// accepted it terminates the dispatcher's connections (application_name
-// "dispatcher-under-test"): the settlement that follows meets a dead
-// connection.
+// cutsConnections is the SendGrid adapter, except that once armed, when an
+// email is accepted it terminates the dispatcher's connections
+// (application_name "dispatcher-under-test"): the settlement that follows
+// meets a dead connection. It is armed once the dispatcher has started, so
+// that no cut fails the start itself.
 type cutsConnections struct {
 	*sendgridprovider.Provider
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	armed *atomic.Bool
 }
 
 func (c cutsConnections) Perform(ctx context.Context, req providers.Request) (providers.Result, error) {
 	res, err := c.Provider.Perform(ctx, req)
+	if !c.armed.Load() {
+		return res, err
+	}
 	if _, termErr := c.pool.Exec(context.WithoutCancel(ctx), `
 		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name = 'dispatcher-under-test'`); termErr != nil {
@@ -121,14 +127,16 @@ func TestSettlementSurvivesALostConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(dpool.Close)
-	reg, err := providers.NewRegistry(cutsConnections{Provider: gp, pool: b.pool})
+	cuts := cutsConnections{Provider: gp, pool: b.pool, armed: &atomic.Bool{}}
+	reg, err := providers.NewRegistry(cuts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := b.record(t, sendgridprovider.KindEmail, emailPayload)
 	cfg := b.config()
 	cfg.Providers = reg
 	b.startOn(t, dpool, cfg)
+	cuts.armed.Store(true)
+	id := b.record(t, sendgridprovider.KindEmail, emailPayload)
 
 	s := b.waitSettled(t, id)
 	if s.State != intenttype.StateSucceeded || s.ProviderRef == "" {
@@ -136,6 +144,48 @@ func TestSettlementSurvivesALostConnection(t *testing.T) {
 	}
 	if n := b.sendgrid.EffectsFor(id); n != 1 {
 		t.Fatalf("SendGrid double accepted %d emails, want 1", n)
+	}
+}
+
+// Many outcomes settled together meet dead connections (every call cuts
+// the dispatcher's connections once it is answered): each group is sent
+// again until it lands, and no outcome is lost or recorded twice.
+func TestGroupedSettlementsSurviveLostConnections(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: b.sendgrid.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg := b.pool.Config().Copy()
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "dispatcher-under-test"
+	dpool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dpool.Close)
+	cuts := cutsConnections{Provider: gp, pool: b.pool, armed: &atomic.Bool{}}
+	reg, err := providers.NewRegistry(cuts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.Providers = reg
+	b.startOn(t, dpool, cfg)
+	cuts.armed.Store(true)
+	const n = 20
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = b.record(t, sendgridprovider.KindEmail, emailPayload)
+	}
+
+	for _, id := range ids {
+		if s := b.waitSettled(t, id); s.State != intenttype.StateSucceeded || s.ProviderRef == "" {
+			t.Errorf("intent %d = %+v, want succeeded with SendGrid's message id", id, s)
+		}
+		if n := b.sendgrid.EffectsFor(id); n != 1 {
+			t.Errorf("SendGrid double accepted %d emails for intent %d, want 1", n, id)
+		}
 	}
 }
 

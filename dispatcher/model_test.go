@@ -523,7 +523,7 @@ func (env *modelEnv) newCase(t *rapid.T) *model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.d.namespace, err = m.d.store.Namespace(ctx); err != nil {
+	if err := m.d.prepare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	m.note(t, "case: sendgrid reconciles=%t", m.sgRec)

@@ -35,8 +35,13 @@ const claimLostSnooze = time.Second
 // is taken from the intent's row alone (never from River's job): the row's
 // state, its one attempt counter and budget, whether an attempt may have
 // acted, and when its key was first used.
+//
+// The common case, a pending intent nothing has yet made doubtful, is
+// claimed in the statement that loads it (intentstore.ClaimRules say when:
+// exactly when the decision below would attempt it at once).
 func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
-	row, err := d.store.Load(ctx, intentID)
+	now := d.config.Now()
+	loaded, err := d.store.LoadClaim(ctx, intentID, d.rules, now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Pruned by retention, or never committed: nothing to do.
 		d.config.Logger.WarnContext(ctx, "dispatch job for an intent that does not exist", "intent_id", intentID)
@@ -44,6 +49,12 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 	}
 	if err != nil {
 		return err
+	}
+	row := loaded.Row
+	if loaded.Claim != nil {
+		p, _ := d.config.Providers.ByName(row.Provider) // the rules name only providers served here
+		st := step{d: d, jobID: jobID, row: row, p: p}
+		return st.perform(ctx, *loaded.Claim)
 	}
 	if row.State != intenttype.StatePending && row.State != intenttype.StateDispatching {
 		return nil // terminal or in_doubt: the row is the system of record
@@ -54,7 +65,6 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 		return river.JobSnooze(time.Minute)
 	}
 	caps := p.Capabilities()
-	now := d.config.Now()
 	st := step{d: d, jobID: jobID, row: row, p: p}
 
 	if row.State == intenttype.StateDispatching {
@@ -124,8 +134,6 @@ func (s *step) request() providers.Request {
 // in the attempt's span.
 func (s *step) attempt(ctx context.Context, now time.Time) error {
 	d := s.d
-	ctx, span := d.startAttempt(ctx, s.row, s.p.Name())
-	defer span.End()
 	claim, err := d.store.Claim(ctx, intentstore.ClaimParams{
 		Row:         s.row,
 		ProviderKey: intenttype.ProviderKey(d.namespace, s.row.KeyGeneration, s.row.Key, s.p.Capabilities().MaxKeyLength),
@@ -133,13 +141,26 @@ func (s *step) attempt(ctx context.Context, now time.Time) error {
 		Now:         now,
 	})
 	if errors.Is(err, intentstore.ErrClaimLost) {
+		_, span := d.startAttempt(ctx, s.row, s.p.Name())
 		span.SetAttributes(attrOutcome.String(outcomeClaimLost))
+		span.End()
 		return river.JobSnooze(claimLostSnooze)
 	}
 	if err != nil {
+		_, span := d.startAttempt(ctx, s.row, s.p.Name())
 		spanError(span, err.Error())
+		span.End()
 		return err
 	}
+	return s.perform(ctx, claim)
+}
+
+// perform calls the provider under claim, committed, and settles the
+// outcome, in the attempt's span.
+func (s *step) perform(ctx context.Context, claim intentstore.Claim) error {
+	d := s.d
+	ctx, span := d.startAttempt(ctx, s.row, s.p.Name())
+	defer span.End()
 	span.SetAttributes(attrAttempt.Int(claim.Attempt))
 	tookOver := s.row.State == intenttype.StateDispatching
 	s.row.State, s.row.ClaimedAttempt, s.row.AttemptCount = intenttype.StateDispatching, claim.Attempt, claim.Attempt
@@ -149,7 +170,7 @@ func (s *step) attempt(ctx context.Context, now time.Time) error {
 	res, callErr := d.call(ctx, s.p, s.request())
 	dec := s.classify(ctx, res, callErr)
 	endAttempt(span, dec)
-	err = s.settle(ctx, dec)
+	err := s.settle(ctx, dec)
 	var retry *retryError
 	if err != nil && !errors.As(err, &retry) {
 		spanError(span, err.Error())

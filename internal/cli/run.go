@@ -65,6 +65,7 @@ exported are then flushed.
 	sweepInterval := fs.Duration("sweep-interval", dispatcher.DefaultSweepInterval, "how often the leader re-enqueues stranded intents")
 	rescueAfter := fs.Duration("rescue-after", 0, "how long a job may run before it is presumed dead (a killed dispatcher) and rescued; default 2×call-timeout+65s")
 	fetchCooldown := fs.Duration("fetch-cooldown", 0, "shortest pause between job fetches (River's FetchCooldown); lower means lower latency and more queries; 0 keeps the default, "+dispatcher.DefaultFetchCooldown.String())
+	fetchLoops := fs.Int("fetch-loops", 0, fmt.Sprintf("fetch loops sharing --workers, each with one job fetch in flight (a slow provider keeps more workers busy with more loops; each holds a connection for notifications); 0 keeps the default, one per %d workers, at most %d", dispatcher.DefaultWorkersPerFetchLoop, dispatcher.MaxFetchLoops))
 	recheckDelay := fs.Duration("recheck-delay", dispatcher.DefaultRecheckDelay, "how long after an in_doubt verdict whose look-up proved nothing the provider is asked again; each later look-up waits twice as long")
 	maxRechecks := fs.Int("max-rechecks", dispatcher.DefaultMaxRechecks, "look-ups of an in_doubt intent before it waits for an operator; negative: never look up again")
 	recheckInterval := fs.Duration("recheck-interval", dispatcher.DefaultRecheckInterval, "how often the leader looks for in_doubt intents whose look-up is due")
@@ -93,6 +94,9 @@ exported are then flushed.
 	}
 	if *workers < 1 || *workers > 10000 {
 		return usageErrorf("--workers must be between 1 and 10000, got %d", *workers)
+	}
+	if *fetchLoops < 0 || *fetchLoops > min(*workers, dispatcher.MaxFetchLoops) {
+		return usageErrorf("--fetch-loops must be between 1 and %d (and at most --workers, %d), or 0 for the default, got %d", dispatcher.MaxFetchLoops, *workers, *fetchLoops)
 	}
 	if *maxAttempts < 1 || *maxAttempts > 90 {
 		return usageErrorf("--max-attempts must be between 1 and 90, got %d", *maxAttempts)
@@ -134,6 +138,7 @@ exported are then flushed.
 		SweepInterval:        *sweepInterval,
 		RescueStuckJobsAfter: *rescueAfter,
 		FetchCooldown:        *fetchCooldown,
+		FetchLoops:           *fetchLoops,
 		DedupWindow:          *dedupWindow,
 		AuditRetention:       *auditRetention,
 		RecheckDelay:         *recheckDelay,

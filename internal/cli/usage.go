@@ -193,6 +193,7 @@ var configFlags = map[string]string{
 	"SweepInterval":        "--sweep-interval",
 	"RescueStuckJobsAfter": "--rescue-after",
 	"FetchCooldown":        "--fetch-cooldown",
+	"FetchLoops":           "--fetch-loops",
 	"DedupWindow":          "--dedup-window",
 	"AuditRetention":       "--audit-retention",
 }

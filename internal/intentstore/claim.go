@@ -1,9 +1,11 @@
 package intentstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,13 +52,88 @@ const takeOverError = "no outcome recorded: the dispatcher stopped during the ca
 // attempt as ambiguous and recording that the provider may have acted), in
 // one statement committed before the provider is called. Returns
 // ErrClaimLost when the intent moved meanwhile.
+//
+// Claims made at the same time (the workers of one fetch) share a
+// transaction, each under its own guard: Claim returns only once that
+// transaction has committed, so the call it allows always follows a
+// committed claim. A group that fails for a reason other than a transient
+// error is retried one claim at a time; a transient error is returned (the
+// job runs again and finds the intent as the commit left it).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	from := p.Row.State
 	if from != intenttype.StatePending && from != intenttype.StateDispatching {
 		return Claim{}, fmt.Errorf("intentstore: cannot claim intent %d from %s", p.Row.ID, from)
 	}
-	var c Claim
-	err := s.pool.QueryRow(ctx, claimSQL, pgx.NamedArgs{
+	if err := ctx.Err(); err != nil {
+		return Claim{}, fmt.Errorf("intentstore: claim intent %d: %w", p.Row.ID, err)
+	}
+	return s.claims.do(context.WithoutCancel(ctx), p)
+}
+
+// maxClaimGroup bounds the claims committed in one transaction.
+const maxClaimGroup = 128
+
+// claimGroup commits a group of claims in one transaction, in intent id
+// order (see settleGroup); if it fails for a reason other than a transient
+// error, each claim is tried alone.
+func (s *Store) claimGroup(ctx context.Context, group []*call[ClaimParams, Claim]) {
+	if len(group) == 1 {
+		group[0].res, group[0].err = s.claimAlone(ctx, group[0].req)
+		return
+	}
+	sorted := slices.Clone(group)
+	slices.SortStableFunc(sorted, func(a, b *call[ClaimParams, Claim]) int { return cmp.Compare(a.req.Row.ID, b.req.Row.ID) })
+	b := &pgx.Batch{}
+	results := make([]*claimResult, len(sorted))
+	for i, cl := range sorted {
+		results[i] = queueClaim(b, cl.req)
+	}
+	err := s.pool.SendBatch(ctx, b).Close()
+	if err == nil {
+		// Only now has the transaction committed.
+		for i, cl := range sorted {
+			cl.res, cl.err = results[i].claim()
+		}
+		return
+	}
+	if IsTransient(ctx, err) {
+		for _, cl := range group {
+			cl.err = fmt.Errorf("intentstore: claim intent %d: %w", cl.req.Row.ID, err)
+		}
+		return
+	}
+	for _, cl := range sorted {
+		cl.res, cl.err = s.claimAlone(ctx, cl.req)
+	}
+}
+
+func (s *Store) claimAlone(ctx context.Context, p ClaimParams) (Claim, error) {
+	b := &pgx.Batch{}
+	res := queueClaim(b, p)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return Claim{}, fmt.Errorf("intentstore: claim intent %d: %w", p.Row.ID, err)
+	}
+	return res.claim()
+}
+
+// claimResult receives what one claim's statement returns.
+type claimResult struct {
+	c     Claim
+	found bool
+}
+
+func (r *claimResult) claim() (Claim, error) {
+	if !r.found {
+		return Claim{}, ErrClaimLost
+	}
+	return r.c, nil
+}
+
+// queueClaim queues one claim into b.
+func queueClaim(b *pgx.Batch, p ClaimParams) *claimResult {
+	res := &claimResult{}
+	from := p.Row.State
+	b.Queue(claimSQL, pgx.NamedArgs{
 		"id":              p.Row.ID,
 		"from":            from,
 		"seen_attempts":   p.Row.AttemptCount,
@@ -66,12 +143,13 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 		"now":             p.Now,
 		"take_over":       from == intenttype.StateDispatching,
 		"take_over_error": takeOverError,
-	}).Scan(&c.Attempt, &c.ProviderKey, &c.Namespace, &c.KeyFirstUsedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Claim{}, ErrClaimLost
-	}
-	if err != nil {
-		return Claim{}, fmt.Errorf("intentstore: claim intent %d: %w", p.Row.ID, err)
-	}
-	return c, nil
+	}).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&res.c.Attempt, &res.c.ProviderKey, &res.c.Namespace, &res.c.KeyFirstUsedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		res.found = err == nil
+		return err
+	})
+	return res
 }

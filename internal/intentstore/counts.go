@@ -26,8 +26,15 @@ import (
 // transaction, count nothing, so one aggregated write serves the group.
 func queueCountFinished(b *pgx.Batch, to intenttype.State, ids ...int64) {
 	if to.Terminal() {
-		b.Queue(countFinishedSQL, pgx.NamedArgs{"ids": ids})
+		queueCount(b, ids)
 	}
+}
+
+// queueCount adds to b the statement that counts, among ids, the intents
+// the transaction finished, whatever each was meant to move to: a group of
+// settlements counts its intents with one statement.
+func queueCount(b *pgx.Batch, ids []int64) {
+	b.Queue(countFinishedSQL, pgx.NamedArgs{"ids": ids})
 }
 
 // Recount rebuilds the finished counts from the intents themselves. The

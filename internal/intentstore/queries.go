@@ -164,24 +164,72 @@ opened AS (
 )
 SELECT attempt_count, provider_key, key_namespace, key_first_used_at FROM claimed`
 
-// closeAttemptSQL records the outcome of a claimed attempt. A late outcome
-// (the claim was taken over) is still recorded, for the audit.
-const closeAttemptSQL = `
-UPDATE outbox_attempts
-SET finished_at = @finished_at, outcome = @outcome, http_status = @http_status, provider_ref = @provider_ref,
-    replayed = @replayed, error = @error
-WHERE intent_id = @id AND attempt = @attempt AND outcome IS NULL`
+// loadClaimSQL reads an intent (the columns of loadSQL, as they were before
+// this statement) and, when ClaimRules say the dispatcher would attempt it
+// without a second look, claims it from pending as claimSQL does: the
+// claim's columns are NULL when it did not. The rules: pending, no attempt
+// that may have acted, attempts left in the budget (@max_attempts, or the
+// kind's), a provider served here (@providers), and a provider key already
+// fixed or derived whole within the provider's limit (@max_key_lengths):
+// "namespace.generation/key", as intenttype.ProviderKey derives it when it
+// fits. The guard is re-checked on the row as it is when the update runs,
+// so of two jobs for one intent only one claims it.
+const loadClaimSQL = `
+WITH rules AS (
+    SELECT i.id,
+        coalesce(k.max_attempts, @max_attempts::integer) AS max_attempts,
+        p.max_key_length,
+        @namespace::text || '.' || i.key_generation::text || '/' || i.idempotency_key AS derived_key
+    FROM outbox_intents i
+    JOIN unnest(@providers::text[], @max_key_lengths::integer[]) AS p(name, max_key_length) ON p.name = i.provider
+    LEFT JOIN unnest(@kinds::text[], @kind_max_attempts::integer[]) AS k(kind, max_attempts) ON k.kind = i.kind
+    WHERE i.id = @id
+),
+claimed AS (
+    UPDATE outbox_intents i
+    SET state = 'dispatching',
+        attempt_count = i.attempt_count + 1,
+        claimed_attempt = i.attempt_count + 1,
+        provider_key = coalesce(i.provider_key, r.derived_key),
+        key_namespace = CASE WHEN i.provider_key IS NULL THEN @namespace::text ELSE i.key_namespace END,
+        key_first_used_at = coalesce(i.key_first_used_at, @now),
+        updated_at = now()
+    FROM rules r
+    WHERE i.id = r.id
+      AND i.state = 'pending'
+      AND NOT i.may_have_acted
+      AND i.attempt_count - i.budget_from < r.max_attempts
+      AND (i.provider_key IS NOT NULL OR octet_length(r.derived_key) <= r.max_key_length)
+    RETURNING i.attempt_count AS claim_attempt, i.provider_key AS claim_key,
+        coalesce(i.key_namespace, '') AS claim_namespace, i.key_first_used_at AS claim_first_used
+),
+opened AS (
+    INSERT INTO outbox_attempts (intent_id, attempt, started_at)
+    SELECT @id, claim_attempt, @now FROM claimed
+)
+SELECT ` + intentColumns + `, c.claim_attempt, c.claim_key, c.claim_namespace, c.claim_first_used
+FROM outbox_intents
+LEFT JOIN claimed c ON true
+WHERE outbox_intents.id = @id`
 
 // settleSQL moves an intent as a settlement says, only while the guard
 // holds: from dispatching, only the attempt that holds the claim; from
 // pending or in_doubt, only the state, attempt count and key generation the
 // decision was made from. Late or stale settlements change nothing (0 rows).
-// "May have acted" only ever turns on, except with a new key generation
+// With close_attempt, it first records the outcome of the claimed attempt
+// it settles; a late outcome (the claim was taken over) is still recorded,
+// for the audit. "May have acted" only ever turns on, except with a new key generation
 // (absence proven), which also forgets the old key and its window. An event
 // is appended for every change of state but the routine ones (an attempt's
 // claim, and a retry back to pending under the same key).
 const settleSQL = `
-WITH updated AS (
+WITH closed AS (
+    UPDATE outbox_attempts
+    SET finished_at = @finished_at, outcome = @outcome, http_status = @http_status,
+        provider_ref = @attempt_provider_ref, replayed = @replayed, error = @attempt_error
+    WHERE @close_attempt AND intent_id = @id AND attempt = @attempt AND outcome IS NULL
+),
+updated AS (
     UPDATE outbox_intents
     SET state = @to::text,
         claimed_attempt = NULL,
@@ -210,41 +258,39 @@ event AS (
 )
 SELECT count(*) FROM updated`
 
-// adoptLateSuccessSQL settles an in_doubt intent as succeeded when an
-// attempt whose claim was taken over (a rescued worker) learns late that the
-// provider performed the effect, under the same key generation: a known
-// outcome is never discarded.
-const adoptLateSuccessSQL = `
-WITH updated AS (
+// settledSQL ends a settlement, after settleSQL in its transaction, and
+// returns whether it adopted a late success and the intent's state after
+// it. With adopt, it settles an in_doubt intent as succeeded when an
+// attempt whose claim was taken over (a rescued worker) learns late that
+// the provider performed the effect, under the same key generation: a
+// known outcome is never discarded. Then it completes the running dispatch
+// job @job_id (0: none) unless the intent still needs it (pending or
+// dispatching), writing what River's JobCompleteTx writes for a job
+// without metadata updates (River's JobSetStateIfRunningMany with state
+// completed): state completed and finalized_at, only while the job is
+// running. River's completer, run after the worker returns, then finds the
+// job no longer running and leaves it.
+const settledSQL = `
+WITH adopted AS (
     UPDATE outbox_intents
     SET state = 'succeeded', provider_ref = coalesce(@provider_ref, provider_ref), last_error = NULL,
         recheck_at = NULL, updated_at = now(), finished_at = now()
-    WHERE id = @id AND state = 'in_doubt' AND key_generation = @seen_generation
-    RETURNING id
+    WHERE @adopt AND id = @id AND state = 'in_doubt' AND key_generation = @seen_generation
+    RETURNING id, state
 ),
-event AS (
+adopted_event AS (
     INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
-    SELECT id, 'dispatcher', 'in_doubt', 'succeeded', @reason FROM updated
+    SELECT id, 'dispatcher', 'in_doubt', 'succeeded', @reason FROM adopted
+),
+after AS (
+    SELECT coalesce((SELECT state FROM adopted), (SELECT state FROM outbox_intents WHERE id = @id)) AS state
+),
+completed AS (
+    UPDATE river_job
+    SET state = 'completed', finalized_at = now()
+    WHERE id = @job_id AND state = 'running' AND (SELECT state FROM after) NOT IN ('pending', 'dispatching')
 )
-SELECT count(*) FROM updated`
-
-// completeJobSQL completes the running dispatch job unless its intent still
-// needs it (pending or dispatching). It writes what River's JobCompleteTx
-// writes for a job without metadata updates (River's
-// JobSetStateIfRunningMany with state completed): state completed and
-// finalized_at, only while the job is running. River's completer, run after
-// the worker returns, then finds the job no longer running and leaves it.
-// Sent after the settlement in the same transaction, it commits with it.
-const completeJobSQL = `
-UPDATE river_job
-SET state = 'completed', finalized_at = now()
-WHERE id = @job_id
-  AND state = 'running'
-  AND (SELECT state FROM outbox_intents WHERE id = @id) NOT IN ('pending', 'dispatching')`
-
-// stateSQL reads an intent's state, after a settlement in the same
-// transaction.
-const stateSQL = `SELECT state FROM outbox_intents WHERE id = @id`
+SELECT (SELECT count(*) FROM adopted), (SELECT state FROM after)`
 
 // strandedSQL finds unfinished intents with no live dispatch job. River's
 // GIN index on river_job.args serves the containment test.

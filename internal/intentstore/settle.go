@@ -1,8 +1,10 @@
 package intentstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -74,6 +76,15 @@ type Settled struct {
 // longer holds (the claim was taken over, an operator acted), the attempt is
 // still recorded and the intent is left as it is; a success learnt that late
 // still settles an in_doubt intent of the same key generation.
+//
+// Settlements made at the same time share a transaction (group commit):
+// while one is being committed, those that arrive wait and are then
+// committed together, in intent id order, each under its own guard, so one
+// settlement's guard failing changes nothing for the others. If the group
+// fails for a reason other than a transient error, its settlements are
+// committed one by one, so one bad settlement cannot hold back the rest.
+// Settle ignores ctx's cancellation: an outcome must be recorded even when
+// shutdown cancelled the work.
 func (s *Store) Settle(ctx context.Context, st Settlement) (Settled, error) {
 	// Staying put is no transition: a retry under the same key, an in_doubt
 	// intent's look-up rescheduled.
@@ -84,13 +95,79 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (Settled, error) {
 	if st.NewGeneration && st.To != intenttype.StatePending {
 		return Settled{}, fmt.Errorf("intentstore: a new key generation goes back to pending, not %s", st.To)
 	}
-	// The outcome must be recorded even if shutdown cancelled the work.
-	ctx = context.WithoutCancel(ctx)
+	return s.settles.do(context.WithoutCancel(ctx), st)
+}
+
+// maxSettleGroup bounds the settlements committed in one transaction, so
+// that none holds many row locks for long.
+const maxSettleGroup = 128
+
+// settleGroup commits a group of settlements in one transaction, retried
+// while it meets transient errors; a group that fails otherwise falls back
+// to one transaction per settlement.
+func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settled]) {
+	if len(group) == 1 {
+		group[0].res, group[0].err = s.settleAlone(ctx, group[0].req)
+		return
+	}
+	// Row locks are taken in intent id order, so that two groups, or a
+	// group and an operator's action, cannot wait on each other in a
+	// cycle. The sort is stable: two settlements of one intent keep the
+	// order they came in.
+	sorted := slices.Clone(group)
+	slices.SortStableFunc(sorted, func(a, b *call[Settlement, Settled]) int { return cmp.Compare(a.req.Row.ID, b.req.Row.ID) })
+	err := retryTransient(ctx, func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		results := make([]*settleResult, len(sorted))
+		ids := make([]int64, 0, len(sorted))
+		finishes := false
+		for i, cl := range sorted {
+			results[i] = s.queueSettlement(b, cl.req)
+			ids = append(ids, cl.req.Row.ID)
+			finishes = finishes || cl.req.To.Terminal()
+		}
+		if finishes {
+			// One aggregated count for the group, after every release.
+			queueCount(b, ids)
+		}
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		// Only now has the transaction committed.
+		for i, cl := range sorted {
+			cl.res = results[i].settled()
+		}
+		return nil
+	})
+	if err == nil {
+		return
+	}
+	if IsTransient(ctx, err) {
+		// The database stayed out of reach for the whole retry budget: one
+		// by one would not fare better, only take len(group) times longer.
+		for _, cl := range group {
+			cl.err = fmt.Errorf("intentstore: settle intent %d: %w", cl.req.Row.ID, err)
+		}
+		return
+	}
+	for _, cl := range sorted {
+		cl.res, cl.err = s.settleAlone(ctx, cl.req)
+	}
+}
+
+// settleAlone commits one settlement in a transaction of its own, retried
+// while it meets transient errors.
+func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error) {
 	var out Settled
 	err := retryTransient(ctx, func(ctx context.Context) error {
-		var err error
-		out, err = s.settleOnce(ctx, st)
-		return err
+		b := &pgx.Batch{}
+		res := s.queueSettlement(b, st)
+		queueCountFinished(b, st.To, st.Row.ID)
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		out = res.settled()
+		return nil
 	})
 	if err != nil {
 		return Settled{}, fmt.Errorf("intentstore: settle intent %d: %w", st.Row.ID, err)
@@ -98,47 +175,58 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (Settled, error) {
 	return out, nil
 }
 
-func (s *Store) settleOnce(ctx context.Context, st Settlement) (Settled, error) {
+// settleResult receives what one settlement's statements return, once the
+// batch they were queued in has run.
+type settleResult struct {
+	updated, adopted int
+	state            intenttype.State
+}
+
+func (r *settleResult) settled() Settled {
+	return Settled{Applied: r.updated == 1 || r.adopted == 1, State: r.state}
+}
+
+// queueSettlement queues the statements of one settlement into b, which is
+// sent as one transaction (possibly with other settlements: nothing here
+// may depend on being alone in it), and returns where their results will
+// be. Every statement a settlement makes belongs here, between its guarded
+// update and the read of its resulting state.
+func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 	id := st.Row.ID
-	var updated, adopted int
-	var out Settled
-	b := &pgx.Batch{}
-	if o := st.Outcome; o != nil && st.Attempt > 0 {
-		b.Queue(closeAttemptSQL, pgx.NamedArgs{
-			"id": id, "attempt": st.Attempt, "finished_at": o.Finished, "outcome": o.Outcome,
-			"http_status": nullInt(o.HTTPStatus), "provider_ref": nullString(o.ProviderRef),
-			"replayed": o.Replayed, "error": nullString(o.Error),
-		})
-	}
-	b.Queue(settleSQL, pgx.NamedArgs{
+	res := &settleResult{}
+	args := pgx.NamedArgs{
 		"id": id, "from": st.From, "to": st.To, "attempt": st.Attempt,
 		"seen_attempts": st.Row.AttemptCount, "seen_generation": st.Row.KeyGeneration,
 		"may_have_acted": st.MayHaveActed, "new_generation": st.NewGeneration,
 		"provider_ref": nullString(st.ProviderRef), "last_error": nullString(st.LastError),
 		"recheck_at": st.RecheckAt, "recheck_count": st.RecheckCount, "reason": st.Reason,
-	}).QueryRow(func(row pgx.Row) error { return row.Scan(&updated) })
-	if st.To == intenttype.StateSucceeded && st.Attempt > 0 {
-		// Only when the guard failed does this find an in_doubt intent.
-		b.Queue(adoptLateSuccessSQL, pgx.NamedArgs{
-			"id": id, "seen_generation": st.Row.KeyGeneration, "provider_ref": nullString(st.ProviderRef),
-			"reason": fmt.Sprintf("attempt %d, taken over meanwhile, learnt that the provider performed it", st.Attempt),
-		}).QueryRow(func(row pgx.Row) error { return row.Scan(&adopted) })
+		"close_attempt": false, "finished_at": nil, "outcome": nil, "http_status": nil,
+		"attempt_provider_ref": nil, "replayed": false, "attempt_error": nil,
 	}
-	s.queueOrderSettled(b, st)
+	if o := st.Outcome; o != nil && st.Attempt > 0 {
+		args["close_attempt"], args["finished_at"], args["outcome"] = true, o.Finished, o.Outcome
+		args["http_status"], args["attempt_provider_ref"] = nullInt(o.HTTPStatus), nullString(o.ProviderRef)
+		args["replayed"], args["attempt_error"] = o.Replayed, nullString(o.Error)
+	}
+	b.Queue(settleSQL, args).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated) })
 	if st.Enqueue {
 		b.Queue(enqueueSQL, s.jobArgs(pgx.NamedArgs{"ids": []int64{id}}))
 		b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
 	}
-	if st.JobID != 0 {
-		b.Queue(completeJobSQL, pgx.NamedArgs{"job_id": st.JobID, "id": id})
+	// Only when settleSQL's guard failed does adopt find an in_doubt intent.
+	adopt := st.To == intenttype.StateSucceeded && st.Attempt > 0
+	var adoptReason string
+	if adopt {
+		adoptReason = fmt.Sprintf("attempt %d, taken over meanwhile, learnt that the provider performed it", st.Attempt)
 	}
-	queueCountFinished(b, st.To, id)
-	b.Queue(stateSQL, pgx.NamedArgs{"id": id}).QueryRow(func(row pgx.Row) error { return row.Scan(&out.State) })
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return Settled{}, err
-	}
-	out.Applied = updated == 1 || adopted == 1
-	return out, nil
+	b.Queue(settledSQL, pgx.NamedArgs{
+		"id": id, "adopt": adopt, "seen_generation": st.Row.KeyGeneration, "provider_ref": nullString(st.ProviderRef),
+		"reason": adoptReason, "job_id": st.JobID,
+	}).QueryRow(func(row pgx.Row) error { return row.Scan(&res.adopted, &res.state) })
+	// After the state is final (the guarded update, or the adoption of a
+	// late success): what waits for the intent is released or cancelled.
+	s.queueOrderSettled(b, st)
+	return res
 }
 
 func nullString(s string) *string {

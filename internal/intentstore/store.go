@@ -41,6 +41,11 @@ type Store struct {
 	pool   *pgxpool.Pool
 	job    dispatchJob
 	notify *notifyLimiter
+	// Loads, claims and settlements made at the same time share a
+	// statement or a transaction (see combiner).
+	loadClaims *combiner[loadClaimReq, Loaded]
+	claims     *combiner[ClaimParams, Claim]
+	settles    *combiner[Settlement, Settled]
 }
 
 // Config configures a Store. A nil *Config takes every default.
@@ -68,7 +73,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{pool: pool, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: cfg.Now}}, nil
+	s := &Store{pool: pool, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: cfg.Now}}
+	s.loadClaims = newCombiner(maxLoadClaimGroup, groupLanes, s.loadClaimGroup)
+	s.claims = newCombiner(maxClaimGroup, groupLanes, s.claimGroup)
+	s.settles = newCombiner(maxSettleGroup, groupLanes, s.settleGroup)
+	return s, nil
 }
 
 // Namespace reads the deployment's namespace (migration 003).
@@ -139,6 +148,10 @@ func (s *Store) Load(ctx context.Context, id int64) (Row, error) {
 	}
 	return pgx.CollectExactlyOneRow(rows, scanRow)
 }
+
+// groupLanes is how many groups of claims and of settlements may be in
+// flight at once (see combiner).
+const groupLanes = 2
 
 // retryTransient runs fn until it succeeds, fails for good, or ctx ends,
 // with backoff: a settlement that meets a lost connection or a terminated

@@ -1,0 +1,102 @@
+package intentstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// combiner runs the requests of concurrent callers in groups, as River's
+// batch completer does for job rows: a caller that finds fewer than lanes
+// groups in flight runs its request at once, alone; callers that arrive
+// while every lane is busy wait, and the next lane to free up runs them
+// together (up to max) as one group. So a group never waits for a timer:
+// at low load every request runs alone with a single round trip's latency,
+// and under load one round trip and one commit serve many requests. More
+// than one lane keeps a group's work from being serialised on a single
+// database backend when the server is short of CPU.
+//
+// No goroutine of its own runs the groups: a waiting caller does, handed
+// its group by the caller whose group finished. Every request therefore has
+// a caller blocked in do until its result is set, and nothing is left
+// queued when every caller has returned (a Dispatcher's Stop waits for its
+// workers, so it waits for their settlements too).
+type combiner[Req, Res any] struct {
+	max, lanes int
+	// run sets res and err of every call in group. It must not keep them.
+	run func(ctx context.Context, group []*call[Req, Res])
+
+	mu       sync.Mutex
+	queue    []*call[Req, Res]
+	inFlight int // groups running; the queue is empty while fewer than lanes
+}
+
+// call is one caller's request in a combiner.
+type call[Req, Res any] struct {
+	req Req
+	res Res
+	err error
+	// done receives the group the call must run, itself first, or nil
+	// once res and err are set.
+	done chan []*call[Req, Res]
+}
+
+func newCombiner[Req, Res any](maxGroup, lanes int, run func(context.Context, []*call[Req, Res])) *combiner[Req, Res] {
+	return &combiner[Req, Res]{max: maxGroup, lanes: lanes, run: run}
+}
+
+// do runs req in a group and returns its result. The group runs under the
+// context of the caller that leads it; run must not let one caller's
+// cancellation fail the others' requests.
+func (c *combiner[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+	me := &call[Req, Res]{req: req, done: make(chan []*call[Req, Res], 1)}
+	var group []*call[Req, Res]
+	c.mu.Lock()
+	if c.inFlight < c.lanes {
+		c.inFlight++
+		group = []*call[Req, Res]{me}
+	} else {
+		c.queue = append(c.queue, me)
+	}
+	c.mu.Unlock()
+	if group == nil {
+		if group = <-me.done; group == nil {
+			return me.res, me.err
+		}
+	}
+	c.runGroup(ctx, group)
+	// Hand the lane to the next group, if any, before telling this
+	// group's callers: the next commit starts as soon as possible.
+	c.mu.Lock()
+	var next []*call[Req, Res]
+	if n := min(len(c.queue), c.max); n > 0 {
+		next = make([]*call[Req, Res], n)
+		copy(next, c.queue)
+		c.queue = append(c.queue[:0:0], c.queue[n:]...)
+	} else {
+		c.inFlight--
+	}
+	c.mu.Unlock()
+	if next != nil {
+		next[0].done <- next
+	}
+	for _, cl := range group {
+		if cl != me {
+			cl.done <- nil
+		}
+	}
+	return me.res, me.err
+}
+
+// runGroup runs a group, turning a panic into every call's error so that no
+// caller waits forever for a group that will not finish.
+func (c *combiner[Req, Res]) runGroup(ctx context.Context, group []*call[Req, Res]) {
+	defer func() {
+		if r := recover(); r != nil {
+			for _, cl := range group {
+				cl.err = fmt.Errorf("intentstore: group of %d failed: %v", len(group), r)
+			}
+		}
+	}()
+	c.run(ctx, group)
+}

@@ -96,32 +96,58 @@ func InsertMarkers(ctx context.Context, tx pgx.Tx, consumers, messageIDs []strin
 // batch, the whole write costs one round trip; nothing is dispatched before
 // that commit, and nothing remains if the transaction rolls back.
 func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
-	collect := func(rows pgx.Rows) error {
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err == nil && len(ids) != ib.Len() {
-			err = fmt.Errorf("stored %d intents of %d", len(ids), ib.Len())
-		}
-		ib.IDs = ids
-		return err
-	}
 	if ib.Len() == 1 {
 		b.Queue(insertIntentSQL, s.jobArgs(pgx.NamedArgs{
 			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
 			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
 			"message_id": ib.messageIDs[0], "actor": ib.actors[0],
 			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0],
-		})).Query(collect)
+		})).Query(func(rows pgx.Rows) error {
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err == nil && len(ids) != 1 {
+				err = fmt.Errorf("stored %d intents of 1", len(ids))
+			}
+			ib.IDs = ids
+			return err
+		})
 	} else {
 		b.Queue(insertIntentsSQL, s.jobArgs(pgx.NamedArgs{
 			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
 			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
 			"message_ids": ib.messageIDs, "actors": ib.actors,
 			"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
-		})).Query(collect)
+		})).Query(ib.collectIDs)
 	}
 	if s.notify.due() {
 		b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
 	}
+}
+
+// collectIDs reads insertIntentsSQL's (id, key) rows into IDs, in the
+// order the intents were added: the statement does not sort its output,
+// and keys are unique.
+func (ib *InsertBatch) collectIDs(rows pgx.Rows) error {
+	at := make(map[string]int, ib.Len())
+	for i, k := range ib.keys {
+		at[k] = i
+	}
+	ib.IDs = make([]int64, ib.Len())
+	stored := 0
+	var id int64
+	var key string
+	_, err := pgx.ForEachRow(rows, []any{&id, &key}, func() error {
+		i, ok := at[key]
+		if !ok {
+			return fmt.Errorf("stored an intent with key %q that was not asked for", key)
+		}
+		ib.IDs[i] = id
+		stored++
+		return nil
+	})
+	if err == nil && stored != ib.Len() {
+		err = fmt.Errorf("stored %d intents of %d", stored, ib.Len())
+	}
+	return err
 }
 
 // InsertTx stores ib's intents with their events and dispatch jobs in tx,

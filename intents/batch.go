@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/sethvargo/go-retry"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outboxkit/outbox/internal/intentstore"
 )
@@ -195,30 +196,45 @@ func (c *Client) runBatch(ctx context.Context, tx pgx.Tx, msgs []Message, handle
 		consumers = append(consumers, m.Consumer)
 		ids = append(ids, m.ID)
 	}
-	fresh, err := intentstore.InsertMarkers(ctx, tx, consumers, ids)
+	plan := batchPlan{isNew: make([]bool, len(msgs)), first: make([]int, len(msgs)), n: make([]int, len(msgs))}
+	err := intentstore.InsertMarkers(ctx, tx, consumers, ids, func(consumer, id string) {
+		if i, ok := firstAt[key{consumer, id}]; ok {
+			plan.isNew[i] = true
+		}
+	})
 	if err != nil {
 		return batchPlan{}, fmt.Errorf("intents: %w", err)
 	}
-	plan := batchPlan{isNew: make([]bool, len(msgs)), first: make([]int, len(msgs)), n: make([]int, len(msgs))}
-	for k, i := range firstAt {
-		plan.isNew[i] = fresh[k.consumer+"\x00"+k.id]
-	}
+	// Without a tracer provider each message's span would be the batch's
+	// non-recording span again (noop.Tracer.Start): the message runs in
+	// the batch's context, and no attributes are built for nothing.
+	_, untraced := c.tracer.(noop.Tracer)
+	pi.batch.Grow(len(msgs))
 	for i, m := range msgs {
-		mctx, span := c.startConsume(ctx, m)
+		mctx, span := ctx, trace.Span(nil)
+		if !untraced {
+			mctx, span = c.startConsume(ctx, m)
+		}
 		if !plan.isNew[i] {
-			endSpan(span, nil, resultAttrs(true, 0)...)
+			if span != nil {
+				endSpan(span, nil, resultAttrs(true, 0)...)
+			}
 			continue
 		}
 		prepared, err := c.handle(mctx, tx, m, func(ctx context.Context, tx pgx.Tx, rec *Recorder) error {
 			return handler(ctx, tx, m, rec)
 		})
 		if err != nil {
-			endSpan(span, err)
+			if span != nil {
+				endSpan(span, err)
+			}
 			return batchPlan{}, &BatchError{Index: i, Message: m, Err: err}
 		}
 		plan.first[i], plan.n[i] = pi.len(), len(prepared)
 		pi.add(mctx, &msgs[i], prepared, "consumer:"+m.Consumer)
-		endSpan(span, nil, resultAttrs(false, len(prepared))...)
+		if span != nil {
+			endSpan(span, nil, resultAttrs(false, len(prepared))...)
+		}
 	}
 	return plan, nil
 }

@@ -29,12 +29,14 @@ RETURNING consumer, message_id`
 
 // insertIntentsSQL stores intents, their "recorded" events and their River
 // dispatch jobs in one statement, returning each stored intent's id with its
-// key (the caller puts them back in input order: keys are unique). consumer,
+// key, in id order (the caller checks the keys against its input, and
+// puts them back in input order by key should they differ). consumer,
 // message_id, the trace context and the event's actor are per row, so one
 // statement serves a whole batch of messages. It neither numbers nor sorts
 // its input, and the only join is the events' hash join to their actors:
-// for a batch of a hundred intents that is most of what a statement costs
-// beyond the rows themselves.
+// numbering, sorting and joining the input back for the output was, for a
+// batch of a hundred intents, most of what the statement cost beyond the
+// rows themselves.
 //
 // The river_job rows are exactly what River's InsertManyTx writes for
 // DispatchArgs (see dispatchJob and TestDispatchJobsMatchRiver): args
@@ -70,7 +72,7 @@ events AS (
     JOIN input USING (idempotency_key)
 ),
 ` + insertJobsCTE + `
-SELECT id, idempotency_key FROM inserted`
+SELECT id, idempotency_key FROM inserted ORDER BY id`
 
 // insertIntentSQL is insertIntentsSQL for the common case of one intent,
 // with plain parameters instead of arrays: less work for both sides.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,17 @@ type InsertBatch struct {
 // Len is how many intents the batch holds.
 func (ib *InsertBatch) Len() int { return len(ib.keys) }
 
+// Grow makes room for n more intents, so that adding a batch's intents one
+// by one does not reallocate its columns as they grow.
+func (ib *InsertBatch) Grow(n int) {
+	for _, col := range []*[]string{&ib.keys, &ib.kinds, &ib.providers, &ib.names, &ib.payloads, &ib.actors} {
+		*col = slices.Grow(*col, n)
+	}
+	for _, col := range []*[]*string{&ib.refs, &ib.consumers, &ib.messageIDs, &ib.traceParents, &ib.traceStates} {
+		*col = slices.Grow(*col, n)
+	}
+}
+
 // Add appends an intent.
 func (ib *InsertBatch) Add(in NewIntent) {
 	ib.keys = append(ib.keys, in.Key)
@@ -71,23 +83,21 @@ func InsertMarker(ctx context.Context, tx pgx.Tx, consumer, messageID string) (b
 }
 
 // InsertMarkers inserts the markers of a batch of messages in tx, in a
-// deadlock-free order, and returns the ones that were new as
-// "consumer\x00message_id" keys.
-func InsertMarkers(ctx context.Context, tx pgx.Tx, consumers, messageIDs []string) (map[string]bool, error) {
+// deadlock-free order, and calls inserted with each one that was new.
+func InsertMarkers(ctx context.Context, tx pgx.Tx, consumers, messageIDs []string, inserted func(consumer, messageID string)) error {
 	rows, err := tx.Query(ctx, insertMarkersSQL, pgx.NamedArgs{"consumers": consumers, "message_ids": messageIDs})
 	if err != nil {
-		return nil, fmt.Errorf("intentstore: insert processed markers: %w", err)
+		return fmt.Errorf("intentstore: insert processed markers: %w", err)
 	}
-	fresh := make(map[string]bool)
 	var c, m string
 	_, err = pgx.ForEachRow(rows, []any{&c, &m}, func() error {
-		fresh[c+"\x00"+m] = true
+		inserted(c, m)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("intentstore: insert processed markers: %w", err)
+		return fmt.Errorf("intentstore: insert processed markers: %w", err)
 	}
-	return fresh, nil
+	return nil
 }
 
 // QueueInsert adds to b the statement that stores ib's intents, their
@@ -123,22 +133,30 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 	}
 }
 
-// collectIDs reads insertIntentsSQL's (id, key) rows into IDs, in the
-// order the intents were added: the statement does not sort its output,
-// and keys are unique.
+// collectIDs reads insertIntentsSQL's (id, key) rows, in id order, into
+// IDs in the order the intents were added. The statement inserts its input
+// in order, so ids ascend with it and the keys come back as they were
+// added; should they not, each key is found by a map (keys are unique).
 func (ib *InsertBatch) collectIDs(rows pgx.Rows) error {
-	at := make(map[string]int, ib.Len())
-	for i, k := range ib.keys {
-		at[k] = i
-	}
 	ib.IDs = make([]int64, ib.Len())
+	var at map[string]int // built only if the keys come back out of order
 	stored := 0
 	var id int64
-	var key string
+	var key []byte // RawBytes-like: compared, not kept
 	_, err := pgx.ForEachRow(rows, []any{&id, &key}, func() error {
-		i, ok := at[key]
-		if !ok {
-			return fmt.Errorf("stored an intent with key %q that was not asked for", key)
+		i := stored
+		if at == nil && (i >= ib.Len() || ib.keys[i] != string(key)) {
+			at = make(map[string]int, ib.Len())
+			for j, k := range ib.keys {
+				at[k] = j
+			}
+		}
+		if at != nil {
+			j, ok := at[string(key)]
+			if !ok {
+				return fmt.Errorf("stored an intent with key %q that was not asked for", key)
+			}
+			i = j
 		}
 		ib.IDs[i] = id
 		stored++

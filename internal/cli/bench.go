@@ -41,6 +41,10 @@ written to --out):
   slow       intents/s against a provider answering in 50 ms at 100 workers
   memory     peak resident memory of a real 'outboxd run' process while it
              dispatches (it runs this executable as 'outboxd run')
+  scaleout   the e2e climb with 1, 2 and 4 real 'outboxd run' processes
+             sharing the workers on one database: each sustainable rate,
+             its ratio to 1 process, Postgres' share of the CPU and the
+             transactions per intent (pg_stat_database)
 
 Every scenario works in a scratch database of its own on the server at
 --database-url, dropped afterwards. The full run takes about ten minutes on

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -230,5 +232,43 @@ func TestConsumeBatchTxLeavesCommitToTheCaller(t *testing.T) {
 	}
 	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
+	}
+}
+
+// Without a TracerProvider no span is recorded, but every message of a
+// batch still stores the span context the caller's ctx holds (a broker
+// consumer's, say), as Consume does, with each intent's id given back in
+// the message's result.
+func TestConsumeBatchWithoutTracerStoresTheCallersTraceContext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = tp.Shutdown(ctx) })
+	callerCtx, span := tp.Tracer("broker").Start(ctx, "receive")
+	m := func(id string) intents.Message { return intents.Message{Consumer: "orders", ID: id} }
+	res, err := b.client.ConsumeBatch(callerCtx, []intents.Message{m("t1"), m("t2")}, batchOrderHandler)
+	span.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := traceparentOf(sr.Ended()[0])
+	got := traceParents(t, b)
+	if len(got) != 4 {
+		t.Fatalf("%d intents stored, want 4", len(got))
+	}
+	for key, tp := range got {
+		if tp != want {
+			t.Errorf("intent %s stored traceparent %q, want the caller's %q", key, tp, want)
+		}
+	}
+	for i, r := range res {
+		for _, in := range r.Intents {
+			var key string
+			if err := b.pool.QueryRow(ctx, `SELECT idempotency_key FROM outbox_intents WHERE id = $1`, in.ID).Scan(&key); err != nil || key != in.Key {
+				t.Errorf("message %d: intent id %d holds key %q (%v), want %q", i, in.ID, key, err, in.Key)
+			}
+		}
 	}
 }

@@ -28,7 +28,7 @@ import (
 // max_connections of 100 beside the consumers.
 
 // scaleoutProcesses are the process counts, in the order they climb.
-var scaleoutProcesses = [...]int{1, 2, 4}
+func scaleoutProcesses() []int { return []int{1, 2, 4} }
 
 // scaleoutLossTarget is the share of one process's rate that more
 // processes must keep: they may not help on a small machine, but they
@@ -51,7 +51,7 @@ func (r *runner) scaleoutRows(ctx context.Context) ([]Row, error) {
 	bound := tps / commitsPerIntent
 	rates := ladderRates(bound)
 	var results []scaleoutResult
-	for _, n := range scaleoutProcesses {
+	for _, n := range scaleoutProcesses() {
 		peer := r.outboxdPeer(n)
 		r.progress("scale-out: %s, offered %v intents/s, %s a step", peer.name, rates, r.sizes.E2EStep)
 		var res scaleoutResult

@@ -85,19 +85,26 @@ func InsertMarker(ctx context.Context, tx pgx.Tx, consumer, messageID string) (b
 // InsertMarkers inserts the markers of a batch of messages in tx, in a
 // deadlock-free order, and calls inserted with each one that was new.
 func InsertMarkers(ctx context.Context, tx pgx.Tx, consumers, messageIDs []string, inserted func(consumer, messageID string)) error {
-	rows, err := tx.Query(ctx, insertMarkersSQL, pgx.NamedArgs{"consumers": consumers, "message_ids": messageIDs})
-	if err != nil {
-		return fmt.Errorf("intentstore: insert processed markers: %w", err)
-	}
-	var c, m string
-	_, err = pgx.ForEachRow(rows, []any{&c, &m}, func() error {
-		inserted(c, m)
+	b := &pgx.Batch{}
+	QueueInsertMarkers(b, consumers, messageIDs, inserted)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// QueueInsertMarkers adds InsertMarkers' statement to b: once b has run,
+// inserted has been called with each marker that was new. Queued behind
+// b.BeginTx, the transaction's BEGIN and its markers cost one round trip.
+func QueueInsertMarkers(b *pgx.Batch, consumers, messageIDs []string, inserted func(consumer, messageID string)) {
+	b.Queue(insertMarkersSQL, pgx.NamedArgs{"consumers": consumers, "message_ids": messageIDs}).Query(func(rows pgx.Rows) error {
+		var c, m string
+		_, err := pgx.ForEachRow(rows, []any{&c, &m}, func() error {
+			inserted(c, m)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("intentstore: insert processed markers: %w", err)
+		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("intentstore: insert processed markers: %w", err)
-	}
-	return nil
 }
 
 // QueueInsert adds to b the statement that stores ib's intents, their

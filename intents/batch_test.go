@@ -272,3 +272,57 @@ func TestConsumeBatchWithoutTracerStoresTheCallersTraceContext(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose connection is lost mid-transaction reruns whole, handlers
+// included, and writes each message once; a batch whose handler swallowed
+// a failed statement is rolled back by its COMMIT, and nothing remains.
+func TestConsumeBatchRerunsOnTransientErrorsAndNeverCommitsAFailedTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	msgs := []intents.Message{{Consumer: "orders", ID: "a"}, {Consumer: "orders", ID: "b"}}
+	runs := map[string]int{}
+	res, err := b.client.ConsumeBatch(ctx, msgs, func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+		runs[msg.ID]++
+		if err := batchOrderHandler(ctx, tx, msg, rec); err != nil {
+			return err
+		}
+		if msg.ID == "b" && runs["b"] == 1 {
+			// The server kills this backend mid-transaction: a real
+			// connection loss before commit.
+			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("ConsumeBatch = %v, want success after a retry", err)
+	}
+	if runs["a"] != 2 || runs["b"] != 2 || len(res) != 2 || len(res[0].Intents) != 2 || len(res[1].Intents) != 2 {
+		t.Fatalf("handler runs %v, results %+v; want each message run twice and recorded once", runs, res)
+	}
+	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+		t.Fatalf("rows = %+v, want %+v", got, want)
+	}
+
+	// With intents to store, their statement finds the transaction failed;
+	// without, COMMIT does and rolls it back.
+	for _, record := range []bool{true, false} {
+		_, err = b.client.ConsumeBatch(ctx, []intents.Message{{Consumer: "orders", ID: fmt.Sprint("c-", record)}}, func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, 1)`, msg.ID); err != nil {
+				return err
+			}
+			_, _ = tx.Exec(ctx, `SELECT 1/0`) // fails the transaction; the handler ignores it
+			if record {
+				return rec.Record(intents.Intent{Kind: sendgridprovider.KindEmail, Payload: receipt("c@example.com")})
+			}
+			return nil
+		})
+		if err == nil || !record && !errors.Is(err, pgx.ErrTxCommitRollback) {
+			t.Fatalf("ConsumeBatch after a swallowed error (intents %v) = %v, want an error (pgx.ErrTxCommitRollback without intents)", record, err)
+		}
+	}
+	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+		t.Fatalf("rows after the failed batch = %+v, want %+v (unchanged)", got, want)
+	}
+}

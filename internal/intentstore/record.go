@@ -113,20 +113,21 @@ func QueueInsertMarkers(b *pgx.Batch, consumers, messageIDs []string, inserted f
 // batch, the whole write costs one round trip; nothing is dispatched before
 // that commit, and nothing remains if the transaction rolls back.
 func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
+	collect := func(rows pgx.Rows) error {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err == nil && len(ids) != ib.Len() {
+			err = fmt.Errorf("stored %d intents of %d", len(ids), ib.Len())
+		}
+		ib.IDs = ids
+		return err
+	}
 	if ib.Len() == 1 {
 		b.Queue(insertIntentSQL, s.jobArgs(pgx.NamedArgs{
 			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
 			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
 			"message_id": ib.messageIDs[0], "actor": ib.actors[0],
 			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0],
-		})).Query(func(rows pgx.Rows) error {
-			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-			if err == nil && len(ids) != 1 {
-				err = fmt.Errorf("stored %d intents of 1", len(ids))
-			}
-			ib.IDs = ids
-			return err
-		})
+		})).Query(collect)
 	} else {
 		b.Queue(insertIntentsSQL, s.jobArgs(pgx.NamedArgs{
 			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
@@ -149,7 +150,7 @@ func (ib *InsertBatch) collectIDs(rows pgx.Rows) error {
 	var at map[string]int // built only if the keys come back out of order
 	stored := 0
 	var id int64
-	var key []byte // RawBytes-like: compared, not kept
+	var key []byte // compared, not kept
 	_, err := pgx.ForEachRow(rows, []any{&id, &key}, func() error {
 		i := stored
 		if at == nil && (i >= ib.Len() || ib.keys[i] != string(key)) {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sethvargo/go-retry"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/outboxkit/outbox/internal/intentstore"
 )
@@ -41,8 +43,9 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // processed marker in one statement and learns from it which messages are
 // new, runs handler for each new message in batch order, stores all their
 // intents with their dispatch jobs in one statement, and commits. It costs
-// three round trips to Postgres however many messages there are, besides
-// the handlers' own.
+// two round trips to Postgres however many messages there are, besides the
+// handlers' own: BEGIN with the markers, then the intents with COMMIT
+// (ConsumeBatchTx: one for the markers, one for the intents).
 //
 // It returns one Result per message, in order. A message already processed
 // (by an earlier call, or earlier in this batch: the same consumer and id
@@ -83,18 +86,7 @@ func (c *Client) ConsumeBatch(ctx context.Context, msgs []Message, handler Batch
 	err = retry.Do(ctx, backoff, func(ctx context.Context) error {
 		attempt++
 		var pi pendingInsert
-		var plan batchPlan
-		err := c.inTx(ctx, nil, func(tx pgx.Tx, b *pgx.Batch) (bool, error) {
-			var err error
-			plan, err = c.runBatch(ctx, tx, msgs, handler, &pi)
-			if err != nil {
-				return false, err
-			}
-			if pi.len() > 0 {
-				c.queueInsert(b, &pi)
-			}
-			return true, nil
-		})
+		plan, err := c.batchOnce(ctx, msgs, handler, &pi)
 		if err != nil {
 			if intentstore.IsTransient(ctx, err) {
 				c.config.Logger.WarnContext(ctx, "transient database error; retrying batch",
@@ -125,7 +117,14 @@ func (c *Client) ConsumeBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message, 
 	}
 	ctx, span := c.startBatch(ctx, msgs)
 	var pi pendingInsert
-	plan, err := c.runBatch(ctx, tx, msgs, handler, &pi)
+	markers := newMarkerPlan(msgs)
+	err := intentstore.InsertMarkers(ctx, tx, markers.consumers, markers.ids, markers.inserted)
+	var plan batchPlan
+	if err != nil {
+		err = fmt.Errorf("intents: %w", err)
+	} else {
+		plan, err = c.runHandlers(ctx, tx, msgs, handler, markers, &pi)
+	}
 	if err == nil && pi.len() > 0 {
 		b := &pgx.Batch{}
 		c.queueInsert(b, &pi)
@@ -177,48 +176,128 @@ func (p batchPlan) results(pi *pendingInsert) []Result {
 	return out
 }
 
-// runBatch inserts the batch's markers, runs the handler for each new
-// message and gathers their intents in pi.
-func (c *Client) runBatch(ctx context.Context, tx pgx.Tx, msgs []Message, handler BatchHandler, pi *pendingInsert) (batchPlan, error) {
-	type key struct{ consumer, id string }
-	// The first occurrence of a message stands for it; later ones in the
-	// batch are duplicates whatever the database says.
-	firstAt := make(map[key]int, len(msgs))
-	consumers := make([]string, 0, len(msgs))
-	ids := make([]string, 0, len(msgs))
+// markerPlan is the markers a batch inserts, one per distinct message
+// (the first occurrence stands for it; later ones are duplicates whatever
+// the database says), and, once inserted, which messages were new.
+type markerPlan struct {
+	firstAt        map[markerKey]int
+	consumers, ids []string
+	isNew          []bool
+}
+
+type markerKey struct{ consumer, id string }
+
+func newMarkerPlan(msgs []Message) *markerPlan {
+	p := &markerPlan{firstAt: make(map[markerKey]int, len(msgs)), consumers: make([]string, 0, len(msgs)),
+		ids: make([]string, 0, len(msgs)), isNew: make([]bool, len(msgs))}
 	for i, m := range msgs {
-		k := key{m.Consumer, m.ID}
-		if _, seen := firstAt[k]; seen {
+		k := markerKey{m.Consumer, m.ID}
+		if _, seen := p.firstAt[k]; seen {
 			continue
 		}
-		firstAt[k] = i
-		consumers = append(consumers, m.Consumer)
-		ids = append(ids, m.ID)
+		p.firstAt[k] = i
+		p.consumers = append(p.consumers, m.Consumer)
+		p.ids = append(p.ids, m.ID)
 	}
-	fresh, err := intentstore.InsertMarkers(ctx, tx, consumers, ids)
+	return p
+}
+
+// inserted records that the marker of (consumer, id) was new.
+func (p *markerPlan) inserted(consumer, id string) {
+	if i, ok := p.firstAt[markerKey{consumer, id}]; ok {
+		p.isNew[i] = true
+	}
+}
+
+// batchOnce runs one attempt at a batch in a transaction of its own, in
+// two round trips besides the handlers' own: BEGIN and the markers' insert
+// in one batch (pgx's Batch.BeginTx), then the intents' statement with
+// COMMIT in another. Otherwise it is inTx: on any error, or a COMMIT that
+// finds the transaction failed, everything is rolled back.
+func (c *Client) batchOnce(ctx context.Context, msgs []Message, handler BatchHandler, pi *pendingInsert) (batchPlan, error) {
+	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
-		return batchPlan{}, fmt.Errorf("intents: %w", err)
+		return batchPlan{}, fmt.Errorf("intents: begin: %w", err)
 	}
-	plan := batchPlan{isNew: make([]bool, len(msgs)), first: make([]int, len(msgs)), n: make([]int, len(msgs))}
-	for k, i := range firstAt {
-		plan.isNew[i] = fresh[k.consumer+"\x00"+k.id]
+	// A connection left inside a transaction (a lost connection, a failed
+	// rollback) is closed by Release, never reused.
+	defer conn.Release()
+	defer func() {
+		// COMMIT may have gone in the batch, behind pgx's back: roll back
+		// only what is still open or failed.
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	markers := newMarkerPlan(msgs)
+	first := &pgx.Batch{}
+	first.BeginTx(pgx.TxOptions{})
+	intentstore.QueueInsertMarkers(first, markers.consumers, markers.ids, markers.inserted)
+	br := conn.Conn().SendBatch(ctx, first)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		return batchPlan{}, fmt.Errorf("intents: begin batch: %w", err)
 	}
+	plan, err := c.runHandlers(ctx, tx, msgs, handler, markers, pi)
+	if err != nil {
+		return batchPlan{}, err
+	}
+	if pi.len() == 0 {
+		if err := tx.Commit(ctx); err != nil {
+			return batchPlan{}, fmt.Errorf("intents: commit: %w", err)
+		}
+		return plan, nil
+	}
+	last := &pgx.Batch{}
+	c.queueInsert(last, pi)
+	last.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			// The transaction had failed already (a handler ignored an
+			// error): COMMIT rolled it back.
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	if err := tx.SendBatch(ctx, last).Close(); err != nil {
+		return batchPlan{}, mapInsertError(err)
+	}
+	return plan, nil
+}
+
+// runHandlers runs the handler for each new message of the batch, once its
+// markers are inserted, and gathers their intents in pi.
+func (c *Client) runHandlers(ctx context.Context, tx pgx.Tx, msgs []Message, handler BatchHandler, markers *markerPlan, pi *pendingInsert) (batchPlan, error) {
+	plan := batchPlan{isNew: markers.isNew, first: make([]int, len(msgs)), n: make([]int, len(msgs))}
+	// Without a tracer provider each message's span would be the batch's
+	// non-recording span again (noop.Tracer.Start): the message runs in
+	// the batch's context, and no attributes are built for nothing.
+	_, untraced := c.tracer.(noop.Tracer)
+	pi.batch.Grow(len(msgs))
 	for i, m := range msgs {
-		mctx, span := c.startConsume(ctx, m)
+		mctx, span := ctx, trace.Span(nil)
+		if !untraced {
+			mctx, span = c.startConsume(ctx, m)
+		}
 		if !plan.isNew[i] {
-			endSpan(span, nil, resultAttrs(true, 0)...)
+			if span != nil {
+				endSpan(span, nil, resultAttrs(true, 0)...)
+			}
 			continue
 		}
 		prepared, err := c.handle(mctx, tx, m, func(ctx context.Context, tx pgx.Tx, rec *Recorder) error {
 			return handler(ctx, tx, m, rec)
 		})
 		if err != nil {
-			endSpan(span, err)
+			if span != nil {
+				endSpan(span, err)
+			}
 			return batchPlan{}, &BatchError{Index: i, Message: m, Err: err}
 		}
 		plan.first[i], plan.n[i] = pi.len(), len(prepared)
 		pi.add(mctx, &msgs[i], prepared, "consumer:"+m.Consumer)
-		endSpan(span, nil, resultAttrs(false, len(prepared))...)
+		if span != nil {
+			endSpan(span, nil, resultAttrs(false, len(prepared))...)
+		}
 	}
 	return plan, nil
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/internal/testkit"
@@ -230,5 +232,97 @@ func TestConsumeBatchTxLeavesCommitToTheCaller(t *testing.T) {
 	}
 	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
+	}
+}
+
+// Without a TracerProvider no span is recorded, but every message of a
+// batch still stores the span context the caller's ctx holds (a broker
+// consumer's, say), as Consume does, with each intent's id given back in
+// the message's result.
+func TestConsumeBatchWithoutTracerStoresTheCallersTraceContext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = tp.Shutdown(ctx) })
+	callerCtx, span := tp.Tracer("broker").Start(ctx, "receive")
+	m := func(id string) intents.Message { return intents.Message{Consumer: "orders", ID: id} }
+	res, err := b.client.ConsumeBatch(callerCtx, []intents.Message{m("t1"), m("t2")}, batchOrderHandler)
+	span.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := traceparentOf(sr.Ended()[0])
+	got := traceParents(t, b)
+	if len(got) != 4 {
+		t.Fatalf("%d intents stored, want 4", len(got))
+	}
+	for key, tp := range got {
+		if tp != want {
+			t.Errorf("intent %s stored traceparent %q, want the caller's %q", key, tp, want)
+		}
+	}
+	for i, r := range res {
+		for _, in := range r.Intents {
+			var key string
+			if err := b.pool.QueryRow(ctx, `SELECT idempotency_key FROM outbox_intents WHERE id = $1`, in.ID).Scan(&key); err != nil || key != in.Key {
+				t.Errorf("message %d: intent id %d holds key %q (%v), want %q", i, in.ID, key, err, in.Key)
+			}
+		}
+	}
+}
+
+// A batch whose connection is lost mid-transaction reruns whole, handlers
+// included, and writes each message once; a batch whose handler swallowed
+// a failed statement is rolled back by its COMMIT, and nothing remains.
+func TestConsumeBatchRerunsOnTransientErrorsAndNeverCommitsAFailedTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	msgs := []intents.Message{{Consumer: "orders", ID: "a"}, {Consumer: "orders", ID: "b"}}
+	runs := map[string]int{}
+	res, err := b.client.ConsumeBatch(ctx, msgs, func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+		runs[msg.ID]++
+		if err := batchOrderHandler(ctx, tx, msg, rec); err != nil {
+			return err
+		}
+		if msg.ID == "b" && runs["b"] == 1 {
+			// The server kills this backend mid-transaction: a real
+			// connection loss before commit.
+			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("ConsumeBatch = %v, want success after a retry", err)
+	}
+	if runs["a"] != 2 || runs["b"] != 2 || len(res) != 2 || len(res[0].Intents) != 2 || len(res[1].Intents) != 2 {
+		t.Fatalf("handler runs %v, results %+v; want each message run twice and recorded once", runs, res)
+	}
+	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+		t.Fatalf("rows = %+v, want %+v", got, want)
+	}
+
+	// With intents to store, their statement finds the transaction failed;
+	// without, COMMIT does and rolls it back.
+	for _, record := range []bool{true, false} {
+		_, err = b.client.ConsumeBatch(ctx, []intents.Message{{Consumer: "orders", ID: fmt.Sprint("c-", record)}}, func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, 1)`, msg.ID); err != nil {
+				return err
+			}
+			_, _ = tx.Exec(ctx, `SELECT 1/0`) // fails the transaction; the handler ignores it
+			if record {
+				return rec.Record(intents.Intent{Kind: sendgridprovider.KindEmail, Payload: receipt("c@example.com")})
+			}
+			return nil
+		})
+		if err == nil || !record && !errors.Is(err, pgx.ErrTxCommitRollback) {
+			t.Fatalf("ConsumeBatch after a swallowed error (intents %v) = %v, want an error (pgx.ErrTxCommitRollback without intents)", record, err)
+		}
+	}
+	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+		t.Fatalf("rows after the failed batch = %+v, want %+v (unchanged)", got, want)
 	}
 }

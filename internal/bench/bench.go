@@ -56,6 +56,12 @@
 //     the empty database's rates, 20 ms for every read.
 //   - memory: peak resident memory (VmHWM) of a real `outboxd run` process
 //     while it dispatches, against the same process idle. Target: 80 MiB.
+//   - scaleout: the e2e climb with the dispatchers in 1, 2 and 4 real
+//     `outboxd run` processes sharing Sizes.Workers (scaleout.go), against
+//     the commit limit (1 process) and 1 process's rate (more processes:
+//     target 90% of it, no loss); then Postgres' share of the CPU at the
+//     best rate and the transactions per intent (pg_stat_database), which
+//     say what bounds the rate.
 //
 // The machine line gives the CPU, the Postgres version, the settings that
 // bound commits (shared_buffers, synchronous_commit, fsync,
@@ -202,8 +208,7 @@ type Config struct {
 	ServerURL string
 	// Sizes says how much work to do. Defaults to FullSizes().
 	Sizes *Sizes
-	// Only, when not empty, runs only the scenarios named (consume, batch,
-	// e2e, dispatch, latency, slow, memory, retained).
+	// Only, when not empty, runs only the scenarios named (see Scenarios).
 	Only []string
 	// Peers, when not empty, limits the e2e scenario's peers to those
 	// named (see Peers); this module always runs.
@@ -211,8 +216,8 @@ type Config struct {
 	// FetchCooldown is the dispatchers' and River baselines'
 	// FetchCooldown. Defaults to dispatcher.DefaultFetchCooldown.
 	FetchCooldown time.Duration
-	// Outboxd is the outboxd executable the memory row runs as
-	// `outboxd run`. Empty skips the memory row.
+	// Outboxd is the outboxd executable the memory and scaleout rows run
+	// as `outboxd run`. Empty skips those rows.
 	Outboxd string
 	// Progress receives a line per step. Defaults to discarding.
 	Progress io.Writer
@@ -222,7 +227,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "e2e", "dispatch", "ordered", "latency", "slow", "memory", "retained"}
+	return []string{"consume", "batch", "e2e", "dispatch", "ordered", "latency", "slow", "memory", "retained", "scaleout"}
 }
 
 // Row is one line of the table.
@@ -337,6 +342,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"slow", r.slowRows},
 		{"memory", r.memoryRows},
 		{"retained", r.retainedRows},
+		{"scaleout", r.scaleoutRows},
 	}
 	for _, s := range steps {
 		if len(cfg.Only) > 0 && !contains(cfg.Only, s.name) {

@@ -66,7 +66,7 @@ func String(s string) error {
 type frame struct {
 	object  bool
 	wantKey bool   // object: the next string is a key
-	key     string // object: the current member's key
+	key     []byte // object: the current member's key, quoted, as in the input (decoded only for an error's path)
 	index   int    // array: the current element's index
 }
 
@@ -75,7 +75,9 @@ type frame struct {
 // holds it. It does not check JSON syntax: malformed input is scanned as
 // far as it goes and left for the decoder to report.
 func JSON(data []byte) error {
-	var stack []frame
+	// Most payloads nest a few levels: their stack stays here.
+	var frames [8]frame
+	stack := frames[:0]
 	fail := func(offset int, inKey bool, problem string) error {
 		return &Error{Offset: offset, Path: path(stack, inKey), InKey: inKey, Problem: problem}
 	}
@@ -90,7 +92,7 @@ func JSON(data []byte) error {
 			}
 			if inKey {
 				top := &stack[len(stack)-1]
-				top.key, top.wantKey = keyText(data[i:end]), false
+				top.key, top.wantKey = data[i:end], false
 			}
 			i = end
 		case c == '{':
@@ -212,7 +214,7 @@ func path(stack []frame, inKey bool) string {
 		if b.Len() > 0 {
 			b.WriteByte('.')
 		}
-		b.WriteString(f.key)
+		b.WriteString(keyText(f.key))
 	}
 	return b.String()
 }

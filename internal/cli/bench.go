@@ -47,6 +47,10 @@ written to --out):
   retained   Consume and dispatch rates, stats and every dashboard and API
              read on a database holding 1,000,000 finished intents and
              markers, against an empty database; the share of HOT updates
+  scaleout   the e2e climb with 1, 2 and 4 real 'outboxd run' processes
+             sharing the workers on one database: each sustainable rate,
+             its ratio to 1 process, Postgres' share of the CPU and the
+             transactions per intent (pg_stat_database)
 
 Every scenario works in a scratch database of its own on the server at
 --database-url, dropped afterwards. The full run takes about ten minutes on

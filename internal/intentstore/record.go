@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -47,6 +48,17 @@ type InsertBatch struct {
 // Len is how many intents the batch holds.
 func (ib *InsertBatch) Len() int { return len(ib.keys) }
 
+// Grow makes room for n more intents, so that adding a batch's intents one
+// by one does not reallocate its columns as they grow.
+func (ib *InsertBatch) Grow(n int) {
+	for _, col := range []*[]string{&ib.keys, &ib.kinds, &ib.providers, &ib.names, &ib.payloads, &ib.actors} {
+		*col = slices.Grow(*col, n)
+	}
+	for _, col := range []*[]*string{&ib.refs, &ib.consumers, &ib.messageIDs, &ib.traceParents, &ib.traceStates} {
+		*col = slices.Grow(*col, n)
+	}
+}
+
 // Add appends an intent.
 func (ib *InsertBatch) Add(in NewIntent) {
 	ib.keys = append(ib.keys, in.Key)
@@ -75,23 +87,28 @@ func InsertMarker(ctx context.Context, tx pgx.Tx, consumer, messageID string) (b
 }
 
 // InsertMarkers inserts the markers of a batch of messages in tx, in a
-// deadlock-free order, and returns the ones that were new as
-// "consumer\x00message_id" keys.
-func InsertMarkers(ctx context.Context, tx pgx.Tx, consumers, messageIDs []string) (map[string]bool, error) {
-	rows, err := tx.Query(ctx, insertMarkersSQL, pgx.NamedArgs{"consumers": consumers, "message_ids": messageIDs})
-	if err != nil {
-		return nil, fmt.Errorf("intentstore: insert processed markers: %w", err)
-	}
-	fresh := make(map[string]bool)
-	var c, m string
-	_, err = pgx.ForEachRow(rows, []any{&c, &m}, func() error {
-		fresh[c+"\x00"+m] = true
+// deadlock-free order, and calls inserted with each one that was new.
+func InsertMarkers(ctx context.Context, tx pgx.Tx, consumers, messageIDs []string, inserted func(consumer, messageID string)) error {
+	b := &pgx.Batch{}
+	QueueInsertMarkers(b, consumers, messageIDs, inserted)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// QueueInsertMarkers adds InsertMarkers' statement to b: once b has run,
+// inserted has been called with each marker that was new. Queued behind
+// b.BeginTx, the transaction's BEGIN and its markers cost one round trip.
+func QueueInsertMarkers(b *pgx.Batch, consumers, messageIDs []string, inserted func(consumer, messageID string)) {
+	b.Queue(insertMarkersSQL, pgx.NamedArgs{"consumers": consumers, "message_ids": messageIDs}).Query(func(rows pgx.Rows) error {
+		var c, m string
+		_, err := pgx.ForEachRow(rows, []any{&c, &m}, func() error {
+			inserted(c, m)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("intentstore: insert processed markers: %w", err)
+		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("intentstore: insert processed markers: %w", err)
-	}
-	return fresh, nil
 }
 
 // QueueInsert adds to b the statement that stores ib's intents, their
@@ -121,12 +138,47 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
 			"message_ids": ib.messageIDs, "actors": ib.actors,
 			"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
-		})).Query(collect)
+		})).Query(ib.collectIDs)
 	}
 	s.queueRecordOrder(b, ib)
 	if s.notify.due() {
 		b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
 	}
+}
+
+// collectIDs reads insertIntentsSQL's (id, key) rows, in id order, into
+// IDs in the order the intents were added. The statement inserts its input
+// in order, so ids ascend with it and the keys come back as they were
+// added; should they not, each key is found by a map (keys are unique).
+func (ib *InsertBatch) collectIDs(rows pgx.Rows) error {
+	ib.IDs = make([]int64, ib.Len())
+	var at map[string]int // built only if the keys come back out of order
+	stored := 0
+	var id int64
+	var key []byte // compared, not kept
+	_, err := pgx.ForEachRow(rows, []any{&id, &key}, func() error {
+		i := stored
+		if at == nil && (i >= ib.Len() || ib.keys[i] != string(key)) {
+			at = make(map[string]int, ib.Len())
+			for j, k := range ib.keys {
+				at[k] = j
+			}
+		}
+		if at != nil {
+			j, ok := at[string(key)]
+			if !ok {
+				return fmt.Errorf("stored an intent with key %q that was not asked for", key)
+			}
+			i = j
+		}
+		ib.IDs[i] = id
+		stored++
+		return nil
+	})
+	if err == nil && stored != ib.Len() {
+		err = fmt.Errorf("stored %d intents of %d", stored, ib.Len())
+	}
+	return err
 }
 
 // InsertTx stores ib's intents with their events and dispatch jobs in tx,

@@ -222,7 +222,15 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 	b.Queue(settledSQL, pgx.NamedArgs{
 		"id": id, "adopt": adopt, "seen_generation": st.Row.KeyGeneration, "provider_ref": nullString(st.ProviderRef),
 		"reason": adoptReason, "job_id": st.JobID,
-	}).QueryRow(func(row pgx.Row) error { return row.Scan(&res.adopted, &res.state) })
+	}).QueryRow(func(row pgx.Row) error {
+		// No state: the intent is gone (retention pruned it meanwhile).
+		var state *string
+		err := row.Scan(&res.adopted, &state)
+		if state != nil {
+			res.state = intenttype.State(*state)
+		}
+		return err
+	})
 	// After the state is final (the guarded update, or the adoption of a
 	// late success): what waits for the intent is released or cancelled.
 	s.queueOrderSettled(b, st)

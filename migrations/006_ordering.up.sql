@@ -95,7 +95,8 @@ DECLARE
     new_state text;
 BEGIN
     PERFORM 1 FROM outbox_intents
-    WHERE idempotency_key IN (SELECT d->>'key' FROM jsonb_array_elements(items) i, jsonb_array_elements(i->'after') d)
+    WHERE idempotency_key = ANY (ARRAY(
+        SELECT d->>'key' FROM jsonb_array_elements(items) AS i, jsonb_array_elements(i->'after') AS d))
     ORDER BY id
     FOR SHARE;
 

@@ -185,10 +185,12 @@ func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent) err
 	if !ordered {
 		return nil
 	}
-	byName := make(map[string]int, len(prepared))
+	byName := make(map[string]int, len(prepared)) // -1: several intents have it
 	byKey := make(map[string]int, len(prepared))
 	for i, p := range prepared {
-		if p.name != "" {
+		if _, dup := byName[p.name]; dup && p.name != "" {
+			byName[p.name] = -1
+		} else if p.name != "" {
 			byName[p.name] = i
 		}
 		byKey[p.key] = i
@@ -210,6 +212,9 @@ func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent) err
 				k, ok := byName[a.Name]
 				if !ok {
 					return fail(*p, &OrderError{After: j, Ref: refOf(a), Reason: "no intent of this call has this name", Err: ErrUnknownPredecessor})
+				}
+				if k < 0 {
+					return fail(*p, &OrderError{After: j, Ref: refOf(a), Reason: "several intents of this call have this name: name them apart, or use their keys", Err: ErrBadOrder})
 				}
 				key = prepared[k].key
 			}

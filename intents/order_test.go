@@ -280,3 +280,21 @@ func TestOrderInABatchAndInRecordTx(t *testing.T) {
 		t.Fatalf("charge = %+v, want pending (first in its key)", r)
 	}
 }
+
+// RecordTx does not require distinct names, but a name an intent comes
+// after must name one intent.
+func TestRecordTxRefusesAnAmbiguousName(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = b.client.RecordTx(ctx, tx, charge("charge"), charge("charge"), refund(intents.After{Name: "charge", Fill: fillPI}))
+	var oe *intents.OrderError
+	if !errors.As(err, &oe) || !errors.Is(err, intents.ErrBadOrder) || !strings.Contains(err.Error(), `after[0] (name "charge"): several intents of this call have this name`) {
+		t.Fatalf("error %v, want the ambiguous name refused", err)
+	}
+}

@@ -98,14 +98,16 @@ DECLARE
     new_state text;
 BEGIN
     PERFORM 1 FROM outbox_intents
-    WHERE idempotency_key IN (SELECT d->>'key' FROM jsonb_array_elements(items) i, jsonb_array_elements(i->'after') d)
+    WHERE idempotency_key = ANY (ARRAY(
+        SELECT d->>'key' FROM jsonb_array_elements(items) AS i, jsonb_array_elements(i->'after') AS d))
     ORDER BY id
     FOR SHARE;
 
     SELECT array_agg(i.id ORDER BY t.ord), array_agg(t.item->>'ordering_key' ORDER BY t.ord)
     INTO ids, okeys
     FROM jsonb_array_elements(items) WITH ORDINALITY AS t(item, ord)
-    JOIN outbox_intents i ON i.idempotency_key = t.item->>'key';
+    JOIN outbox_intents i ON i.idempotency_key = t.item->>'key'
+    WHERE i.idempotency_key = ANY (ARRAY(SELECT e->>'key' FROM jsonb_array_elements(items) AS e));
     n := jsonb_array_length(items);
     IF cardinality(ids) IS DISTINCT FROM n THEN
         RAISE EXCEPTION 'outbox_order_record: % of % intents found', coalesce(cardinality(ids), 0), n;
@@ -132,7 +134,7 @@ BEGIN
     FROM numbered nb
     JOIN bumped b ON b.ordering_key = nb.ok
     JOIN counts c ON c.ok = nb.ok
-    WHERE i.id = nb.id;
+    WHERE i.id = nb.id AND i.id = ANY (ids);
 
     -- An intent waits for its turn while an earlier one of its key is
     -- unfinished (read after the key's lock: every earlier one is seen).
@@ -201,27 +203,28 @@ BEGIN
         SELECT me.id, actor, new_state, why FROM recorded;
     END LOOP;
 
-    -- The others that wait for their turn, all at once.
-    WITH turn AS (
-        SELECT u.id, u.ok FROM unnest(ids, okeys, gated) AS u(id, ok, g) WHERE u.g
-    ),
-    waiting AS (
-        UPDATE outbox_intents i SET state = 'waiting' FROM turn WHERE i.id = turn.id
-    ),
-    jobs AS (
-        DELETE FROM river_job
-        WHERE unique_key IN (
-                SELECT sha256(convert_to('&kind=' || job_kind || '&args={"intent_id":' || id::text || '}', 'UTF8')) FROM turn)
-          AND unique_states IS NOT NULL AND river_job_state_in_bitmask(unique_states, state)
-    ),
-    recorded AS (
-        DELETE FROM outbox_events e USING turn
-        WHERE e.intent_id = turn.id AND e.to_state = 'pending'
-        RETURNING e.intent_id, e.actor, turn.ok
+    -- The others that wait for their turn, all at once. (Ids as arrays, so
+    -- that each statement looks its rows up by index, not by a join the
+    -- planner may make a scan of.)
+    SELECT coalesce(array_agg(u.id), '{}') INTO ids FROM unnest(ids, gated) AS u(id, g) WHERE u.g;
+    IF cardinality(ids) = 0 THEN
+        RETURN;
+    END IF;
+    UPDATE outbox_intents SET state = 'waiting' WHERE id = ANY (ids);
+    DELETE FROM river_job
+    WHERE unique_key = ANY (ARRAY(
+            SELECT sha256(convert_to('&kind=' || job_kind || '&args={"intent_id":' || u.id::text || '}', 'UTF8'))
+            FROM unnest(ids) AS u(id)))
+      AND unique_states IS NOT NULL AND river_job_state_in_bitmask(unique_states, state);
+    WITH recorded AS (
+        DELETE FROM outbox_events e
+        WHERE e.intent_id = ANY (ids) AND e.to_state = 'pending'
+        RETURNING e.intent_id, e.actor
     )
     INSERT INTO outbox_events (intent_id, actor, to_state, reason)
-    SELECT intent_id, actor, 'waiting', format('recorded; waits for the earlier intents of ordering key %s to finish', ok)
-    FROM recorded;
+    SELECT r.intent_id, r.actor, 'waiting', format('recorded; waits for the earlier intents of ordering key %s to finish',
+        (SELECT i.ordering_key FROM outbox_intents i WHERE i.id = r.intent_id))
+    FROM recorded r;
 END;
 $$;
 

@@ -112,10 +112,13 @@ type StormStats struct {
 // StripeObject is one PaymentIntent at the Stripe double, as the suite
 // judges it: whose it is (metadata) and what it charged.
 type StripeObject struct {
-	ID       string            `json:"id"`
-	Amount   int64             `json:"amount"`
-	Status   string            `json:"status"`
-	Metadata map[string]string `json:"metadata"`
+	ID     string `json:"id"`
+	Amount int64  `json:"amount"`
+	// AmountReceived is what was charged: captured, for a PaymentIntent
+	// authorised with capture_method manual.
+	AmountReceived int64             `json:"amount_received"`
+	Status         string            `json:"status"`
+	Metadata       map[string]string `json:"metadata"`
 }
 
 // storm answers every effect-causing request with a 503 before the double
@@ -405,7 +408,7 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 		pis := stripe.PaymentIntents()
 		out := make([]StripeObject, len(pis))
 		for i, pi := range pis {
-			out[i] = StripeObject{ID: pi.ID, Amount: pi.Amount, Status: pi.Status, Metadata: pi.Metadata}
+			out[i] = StripeObject{ID: pi.ID, Amount: pi.Amount, AmountReceived: pi.AmountReceived, Status: pi.Status, Metadata: pi.Metadata}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)

@@ -53,11 +53,18 @@ type message struct {
 	// refund is the part of amount refunded after the payment, ordered
 	// after it and taking its PaymentIntent id; 0 for none.
 	refund int
+	// capture: the payment only authorises (capture_method manual) and a
+	// capture ordered after it charges; a refund then comes after both.
+	capture bool
 }
 
 // RefundEvery is how often a message also records a partial refund of its
-// payment: every third one.
-const RefundEvery = 3
+// payment (every third one), CaptureEvery how often its payment is
+// authorised and then captured by an intent ordered after it (every fifth).
+const (
+	RefundEvery  = 3
+	CaptureEvery = 5
+)
 
 // messageID is the id of message number i (from 1), hostile or not.
 func messageID(i int, prev string, rnd *rand.Rand) string {
@@ -113,6 +120,7 @@ func newDriver(client *intents.Client, n int, rnd *rand.Rand) *driver {
 		if (i+1)%RefundEvery == 0 {
 			m.refund = m.amount / 4
 		}
+		m.capture = (i+1)%CaptureEvery == 0
 		if rnd.Float64() < LongConsumerRate {
 			m.consumer = LongConsumerName
 		}
@@ -209,23 +217,40 @@ func (d *driver) finished() bool {
 	}
 }
 
-// handle is the consumer: one business row, a payment, for every
-// RefundEvery-th message a partial refund ordered after the payment, and a
-// receipt email, in the transaction that inserts the processed marker.
+// handle is the consumer: one business row, a payment (for every
+// CaptureEvery-th message an authorisation, captured by an intent ordered
+// after it), for every RefundEvery-th message a partial refund ordered after
+// the payment (and the capture), and a receipt email, in the transaction
+// that inserts the processed marker.
 func handle(m *message) intents.Handler {
 	return func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 		if _, err := tx.Exec(ctx, insertOrderSQL, m.consumer, m.id, m.amount); err != nil {
 			return err
 		}
+		payment := map[string]any{
+			"amount": m.amount, "currency": "usd", "customer": customerOf(m.id),
+			"payment_method": "pm_card_visa", "confirm": true,
+			"metadata": map[string]string{"message_id": m.id},
+		}
+		fromPayment := intents.After{Name: "payment", Fill: map[string]string{"payment_intent": intents.ResultProviderRef}}
+		refundAfter := []intents.After{fromPayment}
+		if m.capture {
+			payment["capture_method"] = "manual"
+		}
 		if err := rec.Record(intents.Intent{
-			Kind: stripeprovider.KindPaymentIntent, Name: "payment", Reference: m.id,
-			Payload: map[string]any{
-				"amount": m.amount, "currency": "usd", "customer": customerOf(m.id),
-				"payment_method": "pm_card_visa", "confirm": true,
-				"metadata": map[string]string{"message_id": m.id},
-			},
+			Kind: stripeprovider.KindPaymentIntent, Name: "payment", Reference: m.id, Payload: payment,
 		}); err != nil {
 			return err
+		}
+		if m.capture {
+			if err := rec.Record(intents.Intent{
+				Kind: stripeprovider.KindCapture, Name: "capture", Reference: m.id,
+				Payload: map[string]any{"metadata": map[string]string{"message_id": m.id}},
+				After:   []intents.After{fromPayment},
+			}); err != nil {
+				return err
+			}
+			refundAfter = append(refundAfter, intents.After{Name: "capture"})
 		}
 		if m.refund > 0 {
 			if err := rec.Record(intents.Intent{
@@ -234,7 +259,7 @@ func handle(m *message) intents.Handler {
 					"amount": m.refund, "reason": "requested_by_customer",
 					"metadata": map[string]string{"message_id": m.id},
 				},
-				After: []intents.After{{Name: "payment", Fill: map[string]string{"payment_intent": intents.ResultProviderRef}}},
+				After: refundAfter,
 			}); err != nil {
 				return err
 			}

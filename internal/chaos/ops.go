@@ -299,6 +299,19 @@ func stripeObjects(ctx context.Context, a DoublesAddrs) ([]StripeObject, error) 
 	return objs, err
 }
 
+// received is what the PaymentIntent charged, as Stripe's amount_received:
+// nothing until it succeeded, then what was captured (the whole amount for
+// an automatic capture).
+func (o StripeObject) received() int64 {
+	switch {
+	case o.Status != "succeeded":
+		return 0
+	case o.AmountReceived != 0:
+		return o.AmountReceived
+	}
+	return o.Amount
+}
+
 // foreign reports whether a PaymentIntent belongs to the other deployment.
 func (o StripeObject) foreign() bool {
 	return o.Metadata[providers.MetadataNamespace] == ForeignNamespace

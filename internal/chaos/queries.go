@@ -69,9 +69,10 @@ const consistencySQL = `
 SELECT
     (SELECT count(*) FROM outbox_processed_messages WHERE consumer = ANY($1)),
     (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = ANY($1) AND (
-        SELECT count(*) FILTER (WHERE i.kind = $2) || '/' || count(*) FILTER (WHERE i.kind = $3) || '/'
-            || count(*) FILTER (WHERE i.kind = $4) || '/' || count(*)
-        FROM outbox_intents i WHERE i.consumer = m.consumer AND i.message_id = m.message_id) NOT IN ('1/1/0/2', '1/1/1/3')),
+        SELECT count(*) FILTER (WHERE i.kind = $2) = 1 AND count(*) FILTER (WHERE i.kind = $3) = 1
+            AND count(*) FILTER (WHERE i.kind = $4) <= 1 AND count(*) FILTER (WHERE i.kind = $5) <= 1
+            AND count(*) FILTER (WHERE i.kind NOT IN ($2, $3, $4, $5)) = 0
+        FROM outbox_intents i WHERE i.consumer = m.consumer AND i.message_id = m.message_id) IS NOT TRUE),
     (SELECT count(*) FROM outbox_intents i WHERE i.consumer IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM outbox_processed_messages m WHERE m.consumer = i.consumer AND m.message_id = i.message_id)),
     (SELECT count(*) FROM (SELECT DISTINCT consumer, message_id FROM chaos_orders) t),
@@ -81,14 +82,22 @@ SELECT
     (SELECT count(*) FROM outbox_attempts WHERE replayed),
     (SELECT count(*) FROM outbox_events WHERE reason LIKE 'reconciled%')`
 
-// refundIntentsSQL lists each refund intent with its message's payment: the
-// refund's state and amount, the payment's state and PaymentIntent id, and
-// when the payment succeeded and the refund was first attempted.
-const refundIntentsSQL = `
-SELECT f.id, f.state, (f.payload->>'amount')::bigint, p.id, p.state, coalesce(p.provider_ref, ''),
-       CASE WHEN p.state = 'succeeded' THEN p.finished_at END,
-       (SELECT min(a.started_at) FROM outbox_attempts a WHERE a.intent_id = f.id)
+// dependentsSQL lists the intents of kinds $1 that come after others (the
+// refunds and captures), with their message's payment: the intent's kind,
+// state and amount, the payment's PaymentIntent id, whether every
+// predecessor succeeded and when the last of them finished, whether one
+// failed or was cancelled, whether one is still in_doubt or waiting, and
+// when the intent was first attempted.
+const dependentsSQL = `
+SELECT f.id, f.kind, f.state, coalesce((f.payload->>'amount')::bigint, 0), coalesce(p.provider_ref, ''),
+       coalesce(bool_and(a.state = 'succeeded'), false), max(a.finished_at),
+       coalesce(bool_or(a.state IN ('failed', 'cancelled')), false),
+       coalesce(bool_or(a.state IN ('in_doubt', 'waiting')), false),
+       (SELECT min(t.started_at) FROM outbox_attempts t WHERE t.intent_id = f.id)
 FROM outbox_intents f
 JOIN outbox_intents p ON p.consumer = f.consumer AND p.message_id = f.message_id AND p.kind = $2
-WHERE f.kind = $1
+LEFT JOIN outbox_intent_dependencies d ON d.intent_id = f.id
+LEFT JOIN outbox_intents a ON a.id = d.after_id
+WHERE f.kind = ANY($1)
+GROUP BY f.id, p.provider_ref
 ORDER BY f.id`

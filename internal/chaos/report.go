@@ -57,13 +57,16 @@ type Report struct {
 	Intents     int `json:"intents"`
 	Payments    int `json:"payments_at_stripe_double"`
 	Emails      int `json:"emails_at_sendgrid_double"`
+	// Captures counts the authorisations captured at the Stripe double,
+	// each by a capture intent ordered after its payment.
 	// Refunds counts the refunds at the Stripe double and Refunded what
 	// they refunded (cents); each was ordered after its message's payment
 	// and took that payment's PaymentIntent id. CancelledAfterPayment
 	// counts the refunds not performed because their payment failed or was
-	// cancelled, WaitingForPayment those still waiting for an in_doubt
-	// payment.
+	// cancelled (or their capture did), WaitingForPayment those still
+	// waiting for an in_doubt predecessor; captures are counted with them.
 	Refunds               int   `json:"refunds_at_stripe_double"`
+	Captures              int   `json:"captures_at_stripe_double"`
 	Refunded              int64 `json:"refunded_cents"`
 	CancelledAfterPayment int   `json:"refunds_cancelled_after_payment"`
 	WaitingForPayment     int   `json:"refunds_waiting_for_payment"`
@@ -175,8 +178,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("intents", r.Intents)
 	row("requests cut by a kill", r.CutRequests)
 	row("effects", fmt.Sprintf("%d payments at the Stripe double, %d emails at the SendGrid double", r.Payments, r.Emails))
-	row("refunds", fmt.Sprintf("%d at the Stripe double (%d cents), each after its payment and on its PaymentIntent; %d cancelled as their payment failed or was cancelled, %d waiting for an in_doubt payment",
-		r.Refunds, r.Refunded, r.CancelledAfterPayment, r.WaitingForPayment))
+	row("refunds and captures", fmt.Sprintf("%d refunds (%d cents) and %d captures at the Stripe double, each after its payment and on its PaymentIntent; %d cancelled as what they come after failed or was cancelled, %d waiting for an in_doubt one",
+		r.Refunds, r.Refunded, r.Captures, r.CancelledAfterPayment, r.WaitingForPayment))
 	row("another deployment's PaymentIntents", fmt.Sprintf("%d created before the run, %d at the double after it, %d adopted", r.ForeignObjects, r.ForeignAtDouble, r.AdoptedForeign))
 	row("503 storms", fmt.Sprintf("%d payments answered 503; %d intents failed with their budget spent and nothing that may have acted; %d spent it after an attempt that may have acted", r.StormAnswered, r.FailedBudget, r.BudgetSpentMayHaveActed))
 	row("SendGrid over HTTP/2", fmt.Sprintf("%d emails, %d streams reset after the double accepted the email", r.SendGridHTTP2, r.StreamResets))

@@ -64,6 +64,7 @@ type evidence struct {
 	ourStripe    map[string]int                    // this deployment's PaymentIntents by intent id
 	refunds      []StripeRefund                    // every refund at the Stripe double
 	ourRefunds   map[string]int                    // refunds by intent id
+	ourCaptures  map[string]int                    // captured PaymentIntents by capture intent id
 	storm        StormStats
 	resets       ResetStats
 	deaths       []time.Time // dispatcher processes reaped after SIGKILL or an exit of their own, sorted
@@ -87,7 +88,12 @@ func collect(ctx context.Context, a DoublesAddrs, deaths, terminations []time.Ti
 	if err := getJSON(ctx, a.StripeURL+RefundsPath, &ev.refunds); err != nil {
 		return nil, err
 	}
-	ev.ourRefunds = map[string]int{}
+	ev.ourRefunds, ev.ourCaptures = map[string]int{}, map[string]int{}
+	for _, o := range objs {
+		if id := o.Metadata[stripeprovider.CaptureIntentIDMetadataKey]; id != "" && !o.foreign() && o.AmountReceived > 0 {
+			ev.ourCaptures[id]++
+		}
+	}
 	for _, rf := range ev.refunds {
 		ev.ourRefunds[rf.Metadata[stripeprovider.IntentIDMetadataKey]]++
 	}
@@ -125,6 +131,8 @@ func (ev *evidence) effects(kind string, id int64) int {
 		return ev.ourStripe[key]
 	case stripeprovider.KindRefund:
 		return ev.ourRefunds[key]
+	case stripeprovider.KindCapture:
+		return ev.ourCaptures[key]
 	case sendgridprovider.KindEmail:
 		return ev.sendgrid.EffectsByIntent[key]
 	}
@@ -213,14 +221,14 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	rep.InDoubtWhy = map[string]int{}
 	problem := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
 
-	if want := 2*rep.Messages + rep.Messages/RefundEvery; rep.Intents != want {
+	if want := 2*rep.Messages + rep.Messages/RefundEvery + rep.Messages/CaptureEvery; rep.Intents != want {
 		problem("%d intents recorded for %d messages, want %d", rep.Intents, rep.Messages, want)
 	}
-	refunds, err := checkRefunds(ctx, pool, ev, rep, problem)
+	dependents, err := checkDependents(ctx, pool, ev, rep, problem)
 	if err != nil {
 		return err
 	}
-	known := map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, stripeprovider.KindRefund: {}, sendgridprovider.KindEmail: {}}
+	known := map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, stripeprovider.KindRefund: {}, stripeprovider.KindCapture: {}, sendgridprovider.KindEmail: {}}
 	var inDoubt []int64
 	byID := map[int64]intentRow{}
 	stripeIntents, stripeInDoubt := 0, 0
@@ -282,11 +290,11 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 				rep.FailedBudget++
 			}
 		case "cancelled":
-			f, isRefund := refunds[in.ID]
+			f, isDependent := dependents[in.ID]
 			switch {
 			case in.byOperator():
 				rep.Cancelled++
-			case isRefund && (f.PaymentState == "failed" || f.PaymentState == "cancelled"):
+			case isDependent && f.PredecessorFailed:
 				rep.CancelledAfterPayment++
 			default:
 				problem("intent %d (%s) ended cancelled, which no operator asked for and no failed predecessor explains", in.ID, in.Kind)
@@ -295,11 +303,11 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 				problem("intent %d (%s) was cancelled, yet has %d effects at the double", in.ID, in.Kind, n)
 			}
 		case "waiting":
-			if f, isRefund := refunds[in.ID]; isRefund && f.PaymentState == "in_doubt" {
+			if f, isDependent := dependents[in.ID]; isDependent && f.PredecessorOpen {
 				rep.WaitingForPayment++
 			} else {
 				rep.Lost++
-				problem("intent %d (%s) still waiting after the drain, for a payment %s", in.ID, in.Kind, f.PaymentState)
+				problem("intent %d (%s) still waiting after the drain, though nothing it comes after is in_doubt", in.ID, in.Kind)
 			}
 			if n != 0 {
 				problem("intent %d (%s) is waiting, yet has %d effects at the double", in.ID, in.Kind, n)
@@ -317,7 +325,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	if err := pool.QueryRow(ctx, inDoubtEventsSQL).Scan(&rep.InDoubtSettledByLookUp, &rep.InDoubtFoundByLookUp, &rep.ProvenAbsent); err != nil {
 		return fmt.Errorf("chaos: count look-ups: %w", err)
 	}
-	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.ourStripe, stripeprovider.KindRefund: ev.ourRefunds, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
+	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.ourStripe, stripeprovider.KindRefund: ev.ourRefunds, stripeprovider.KindCapture: ev.ourCaptures, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
 		for id, n := range byIntent {
 			if !known[kind][id] {
 				problem("the %s double performed %d effects for intent %q, which is not a %s intent in the database", kind, n, id, kind)
@@ -348,7 +356,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	}
 
 	var markers, markersWrong, intentsWithoutMarker, orders, ordersTwice, markersWithoutOrder int
-	if err := pool.QueryRow(ctx, consistencySQL, Consumers, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail, stripeprovider.KindRefund).
+	if err := pool.QueryRow(ctx, consistencySQL, Consumers, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail, stripeprovider.KindRefund, stripeprovider.KindCapture).
 		Scan(&markers, &markersWrong, &intentsWithoutMarker, &orders, &ordersTwice, &markersWithoutOrder, &rep.ReplayedAttempts, &rep.Reconciled); err != nil {
 		return fmt.Errorf("chaos: consistency: %w", err)
 	}
@@ -356,7 +364,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 		problem("%d processed markers for %d messages", markers, rep.Messages)
 	}
 	if markersWrong > 0 {
-		problem("%d processed markers without exactly their payment and email intents and at most one refund", markersWrong)
+		problem("%d processed markers without exactly their payment and email intents and at most one refund and one capture", markersWrong)
 	}
 	if intentsWithoutMarker > 0 {
 		problem("%d intents recorded by a consumer have no processed marker", intentsWithoutMarker)
@@ -454,44 +462,60 @@ func formatWire(recs []WireRecord) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
-// refundRow is a refund intent with its message's payment.
-type refundRow struct {
-	ID           int64
-	State        string
-	Amount       int64
-	PaymentID    int64
-	PaymentState string
-	PaymentRef   string
-	PaidAt       *time.Time
-	FirstAttempt *time.Time
+// dependentRow is a refund or capture intent, with its message's payment
+// and what it comes after.
+type dependentRow struct {
+	ID                int64
+	Kind              string
+	State             string
+	Amount            int64
+	PaymentRef        string
+	PredecessorsDone  bool
+	LastPredecessorAt *time.Time
+	PredecessorFailed bool
+	PredecessorOpen   bool
+	FirstAttempt      *time.Time
 }
 
-// checkRefunds checks what ordering promises for the refunds, from the
-// database and the Stripe double's own records: no refund attempted before
-// its payment succeeded; each refund at the double made for a refund intent,
-// of its own message's PaymentIntent (the id filled from the payment's
-// result) and for the intent's amount; never more refunded of a
-// PaymentIntent than it charged. It returns the refund intents by id.
-func checkRefunds(ctx context.Context, pool *pgxpool.Pool, ev *evidence, rep *Report, problem func(string, ...any)) (map[int64]refundRow, error) {
-	rows, err := pool.Query(ctx, refundIntentsSQL, stripeprovider.KindRefund, stripeprovider.KindPaymentIntent)
+// checkDependents checks what ordering promises for the refunds and
+// captures, from the database and the Stripe double's own records: none
+// attempted before everything it comes after succeeded; each refund at the
+// double made for a refund intent, of its own message's PaymentIntent (the
+// id filled from the payment's result) and for the intent's amount; each
+// capture of its own message's PaymentIntent; never more refunded of a
+// PaymentIntent than it charged (captured, for an authorisation). It
+// returns the intents by id.
+func checkDependents(ctx context.Context, pool *pgxpool.Pool, ev *evidence, rep *Report, problem func(string, ...any)) (map[int64]dependentRow, error) {
+	rows, err := pool.Query(ctx, dependentsSQL, []string{stripeprovider.KindRefund, stripeprovider.KindCapture}, stripeprovider.KindPaymentIntent)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: read refunds: %w", err)
+		return nil, fmt.Errorf("chaos: read refunds and captures: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[refundRow])
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[dependentRow])
 	if err != nil {
-		return nil, fmt.Errorf("chaos: read refunds: %w", err)
+		return nil, fmt.Errorf("chaos: read refunds and captures: %w", err)
 	}
-	byID := make(map[int64]refundRow, len(list))
+	byID := make(map[int64]dependentRow, len(list))
 	for _, f := range list {
 		byID[f.ID] = f
-		if f.FirstAttempt != nil && (f.PaidAt == nil || f.FirstAttempt.Before(*f.PaidAt)) {
-			problem("refund intent %d was attempted at %s, before its payment %d succeeded (%s, at %v)",
-				f.ID, f.FirstAttempt.Format(time.RFC3339Nano), f.PaymentID, f.PaymentState, f.PaidAt)
+		if f.FirstAttempt != nil && (!f.PredecessorsDone || f.LastPredecessorAt == nil || f.FirstAttempt.Before(*f.LastPredecessorAt)) {
+			problem("%s intent %d was attempted at %s, before what it comes after had succeeded (all succeeded: %v, the last at %v)",
+				f.Kind, f.ID, f.FirstAttempt.Format(time.RFC3339Nano), f.PredecessorsDone, f.LastPredecessorAt)
 		}
 	}
 	charged := map[string]int64{}
 	for _, o := range ev.stripeObjs {
-		charged[o.ID] = o.Amount
+		charged[o.ID] = o.received()
+		id := o.Metadata[stripeprovider.CaptureIntentIDMetadataKey]
+		if id == "" || o.foreign() {
+			continue
+		}
+		rep.Captures++
+		n, _ := strconv.ParseInt(id, 10, 64)
+		if f, ok := byID[n]; !ok || f.Kind != stripeprovider.KindCapture {
+			problem("PaymentIntent %s was captured for intent %s, which is not a capture intent", o.ID, id)
+		} else if o.ID != f.PaymentRef {
+			problem("capture intent %d captured %s, not its payment's PaymentIntent %q", n, o.ID, f.PaymentRef)
+		}
 	}
 	refunded := map[string]int64{}
 	rep.Refunds = len(ev.refunds)
@@ -501,7 +525,7 @@ func checkRefunds(ctx context.Context, pool *pgxpool.Pool, ev *evidence, rep *Re
 		id, _ := strconv.ParseInt(rf.Metadata[stripeprovider.IntentIDMetadataKey], 10, 64)
 		f, ok := byID[id]
 		switch {
-		case !ok:
+		case !ok || f.Kind != stripeprovider.KindRefund:
 			problem("refund %s at the double belongs to no refund intent (intent id %q)", rf.ID, rf.Metadata[stripeprovider.IntentIDMetadataKey])
 		case rf.PaymentIntent != f.PaymentRef:
 			problem("refund %s (intent %d) refunded %s, not its payment's PaymentIntent %q", rf.ID, id, rf.PaymentIntent, f.PaymentRef)

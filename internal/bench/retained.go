@@ -181,17 +181,17 @@ func (r *runner) retainedRows(ctx context.Context) ([]Row, error) {
 		s.admin = srv.Handler()
 	}
 
-	var rows []Row
-	row, err := r.retainedConsume(ctx, sides)
-	if err != nil {
-		return nil, err
-	}
-	rows = append(rows, row)
+	// The drain first: a dispatcher would also work the intents Consume
+	// records, which then stay pending, a backlog for the reads to see.
 	drainRows, err := r.retainedDrain(ctx, sides)
 	if err != nil {
 		return nil, err
 	}
-	rows = append(rows, drainRows...)
+	row, err := r.retainedConsume(ctx, sides)
+	if err != nil {
+		return nil, err
+	}
+	rows := append([]Row{row}, drainRows...)
 	// The detail page of the empty side reads one of the intents just
 	// drained; the retained side's reads an old one, from the middle.
 	if err := empty.pool.QueryRow(ctx, `SELECT max(id) FROM outbox_intents`).Scan(&sides[0].oldID); err != nil {

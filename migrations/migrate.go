@@ -97,10 +97,14 @@ func load(fsys fs.FS) ([]Migration, error) {
 		}
 		out = append(out, *m)
 	}
-	// Versions may have gaps: work on separate branches numbers its
-	// versions ahead, and Up applies every version a database lacks,
-	// whichever order they arrive in.
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	// A gap is a migration file lost in a merge or a build: refuse to run
+	// rather than skip a step of the schema.
+	for i, m := range out {
+		if m.Version != i+1 {
+			return nil, fmt.Errorf("migrations: version %d is missing", i+1)
+		}
+	}
 	return out, nil
 }
 

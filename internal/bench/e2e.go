@@ -552,8 +552,19 @@ func (r *runner) e2eRows(ctx context.Context) ([]Row, error) {
 // next, and how many commits a message took.
 func ladderNote(l ladderResult) string {
 	var b strings.Builder
+	writeClimb(&b, l)
+	if l.commits > 0 {
+		fmt.Fprintf(&b, " Per message: %.1f transactions (pg_stat_database xact_commit, read-only ones included), %.1f round trips from the consumer and %.1f from the workers (pgx tracer; idle polling included).",
+			l.commits, l.consumerTrips, l.workerTrips)
+	}
+	return b.String()
+}
+
+// writeClimb says at what latency the sustainable rate held, and what
+// failed next and why.
+func writeClimb(b *strings.Builder, l ladderResult) {
 	if l.sustainable.rate > 0 {
-		fmt.Fprintf(&b, "At %d/s: p50 %.1f ms, p99 %.1f ms, backlog %d; %s.", l.sustainable.rate, ms(l.sustainable.p50), ms(l.sustainable.p99), l.sustainable.backlog, l.sustainable.cpu)
+		fmt.Fprintf(b, "At %d/s: p50 %.1f ms, p99 %.1f ms, backlog %d; %s.", l.sustainable.rate, ms(l.sustainable.p50), ms(l.sustainable.p99), l.sustainable.backlog, l.sustainable.cpu)
 	} else {
 		b.WriteString("Even the lowest step failed.")
 	}
@@ -569,15 +580,10 @@ func ladderNote(l ladderResult) string {
 		if f.backlog > f.maxBacklg || f.missing > 0 {
 			why = append(why, fmt.Sprintf("backlog %d > %d (%d never called)", f.backlog, f.maxBacklg, f.missing))
 		}
-		fmt.Fprintf(&b, " Failed at %d/s: %s; %s.", f.rate, strings.Join(why, ", "), f.cpu)
+		fmt.Fprintf(b, " Failed at %d/s: %s; %s.", f.rate, strings.Join(why, ", "), f.cpu)
 	} else {
 		b.WriteString(" No step failed: the ladder's top is a floor.")
 	}
-	if l.commits > 0 {
-		fmt.Fprintf(&b, " Per message: %.1f transactions (pg_stat_database xact_commit, read-only ones included), %.1f round trips from the consumer and %.1f from the workers (pgx tracer; idle polling included).",
-			l.commits, l.consumerTrips, l.workerTrips)
-	}
-	return b.String()
 }
 
 // roundTrips counts the queries and batches sent on a pool's connections:

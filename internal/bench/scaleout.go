@@ -158,26 +158,7 @@ func idleOf(results []scaleoutResult, processes int) float64 {
 func (res scaleoutResult) note() string {
 	l := res.ladder
 	var b strings.Builder
-	if l.sustainable.rate > 0 {
-		fmt.Fprintf(&b, "At %d/s: p50 %.1f ms, p99 %.1f ms, backlog %d; %s.", l.sustainable.rate, ms(l.sustainable.p50), ms(l.sustainable.p99), l.sustainable.backlog, l.sustainable.cpu)
-	} else {
-		b.WriteString("Even the lowest step failed.")
-	}
-	if f := l.failed; f.rate > 0 {
-		var why []string
-		if f.achieved < 0.95*float64(f.rate) {
-			why = append(why, fmt.Sprintf("consumers committed only %.0f/s", f.achieved))
-		}
-		if f.p99 > e2eLatencyLimit {
-			why = append(why, fmt.Sprintf("p99 %.0f ms", ms(f.p99)))
-		}
-		if f.backlog > f.maxBacklg || f.missing > 0 {
-			why = append(why, fmt.Sprintf("backlog %d > %d (%d never called)", f.backlog, f.maxBacklg, f.missing))
-		}
-		fmt.Fprintf(&b, " Failed at %d/s: %s; %s.", f.rate, strings.Join(why, ", "), f.cpu)
-	} else {
-		b.WriteString(" No step failed: the ladder's top is a floor.")
-	}
+	writeClimb(&b, l)
 	fmt.Fprintf(&b, " The outboxd processes (counted in \"others\") used %.0f%% of the machine over the climb; %.1f transactions per message (pg_stat_database, read-only ones included), %.1f round trips per message from the consumers.",
 		100*res.outboxdCPU, l.commits, l.consumerTrips)
 	return b.String()

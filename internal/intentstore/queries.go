@@ -379,11 +379,11 @@ const countSlot = `(pg_backend_pid() % 64)::smallint`
 // given intent, after the statements that move it and release what comes
 // after it.
 const countFinishedSQL = `
-WITH RECURSIVE finished (id) AS (
-    SELECT i.id FROM outbox_intents i
+WITH RECURSIVE finished (id, kind, state) AS (
+    SELECT i.id, i.kind, i.state FROM outbox_intents i
     WHERE i.id = ANY(@ids::bigint[]) AND i.finished_at IS NOT NULL AND i.xmin = pg_current_xact_id()::xid
   UNION
-    SELECT i.id
+    SELECT i.id, i.kind, i.state
     FROM finished f
     JOIN outbox_intent_dependencies d ON d.after_id = f.id
     JOIN outbox_intents i ON i.id = d.intent_id
@@ -391,8 +391,7 @@ WITH RECURSIVE finished (id) AS (
 )
 INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
 SELECT kind, state, ` + countSlot + `, count(*)
-FROM outbox_intents
-WHERE id IN (SELECT id FROM finished)
+FROM finished
 GROUP BY kind, state
 ORDER BY kind, state
 ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`

@@ -55,16 +55,45 @@ type message struct {
 	refund int
 	// capture: the payment only authorises (capture_method manual) and a
 	// capture ordered after it charges; a refund then comes after both.
-	capture bool
+	// cancel: the payment only authorises and a cancel ordered after it
+	// releases the authorisation; such a message records no refund.
+	capture, cancel bool
 }
 
-// RefundEvery is how often a message also records a partial refund of its
-// payment (every third one), CaptureEvery how often its payment is
-// authorised and then captured by an intent ordered after it (every fifth).
+// How often a message records more than a payment and an email: a partial
+// refund of its payment (every RefundEvery-th message), an authorisation
+// captured by an intent ordered after it (every CaptureEvery-th), or
+// cancelled by one instead (every CancelEvery-th: a multiple of
+// CaptureEvery, so half of those authorisations).
 const (
 	RefundEvery  = 3
 	CaptureEvery = 5
+	CancelEvery  = 10
 )
+
+// plan says what message number i (from 1) records besides its payment
+// and email.
+func plan(i int) (refund, capture, cancel bool) {
+	cancel = i%CancelEvery == 0
+	capture = i%CaptureEvery == 0 && !cancel
+	refund = i%RefundEvery == 0 && !cancel
+	return refund, capture, cancel
+}
+
+// intentsRecorded is how many intents messages 1 to n record.
+func intentsRecorded(n int) int {
+	total := 0
+	for i := 1; i <= n; i++ {
+		refund, capture, cancel := plan(i)
+		total += 2
+		for _, more := range []bool{refund, capture, cancel} {
+			if more {
+				total++
+			}
+		}
+	}
+	return total
+}
 
 // messageID is the id of message number i (from 1), hostile or not.
 func messageID(i int, prev string, rnd *rand.Rand) string {
@@ -117,10 +146,11 @@ func newDriver(client *intents.Client, n int, rnd *rand.Rand) *driver {
 	prev := ""
 	for i := range n {
 		m := message{consumer: ConsumerName, id: messageID(i+1, prev, rnd), amount: 500 + rnd.IntN(20000)}
-		if (i+1)%RefundEvery == 0 {
+		refund, capture, cancel := plan(i + 1)
+		if refund {
 			m.refund = m.amount / 4
 		}
-		m.capture = (i+1)%CaptureEvery == 0
+		m.capture, m.cancel = capture, cancel
 		if rnd.Float64() < LongConsumerRate {
 			m.consumer = LongConsumerName
 		}
@@ -217,11 +247,11 @@ func (d *driver) finished() bool {
 	}
 }
 
-// handle is the consumer: one business row, a payment (for every
-// CaptureEvery-th message an authorisation, captured by an intent ordered
-// after it), for every RefundEvery-th message a partial refund ordered after
-// the payment (and the capture), and a receipt email, in the transaction
-// that inserts the processed marker.
+// handle is the consumer: one business row, a payment (for some messages an
+// authorisation, captured or cancelled by an intent ordered after it; see
+// plan), for some a partial refund ordered after the payment (and the
+// capture), and a receipt email, in the transaction that inserts the
+// processed marker.
 func handle(m *message) intents.Handler {
 	return func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 		if _, err := tx.Exec(ctx, insertOrderSQL, m.consumer, m.id, m.amount); err != nil {
@@ -234,7 +264,7 @@ func handle(m *message) intents.Handler {
 		}
 		fromPayment := intents.After{Name: "payment", Fill: map[string]string{"payment_intent": intents.ResultProviderRef}}
 		refundAfter := []intents.After{fromPayment}
-		if m.capture {
+		if m.capture || m.cancel {
 			payment["capture_method"] = "manual"
 		}
 		if err := rec.Record(intents.Intent{
@@ -251,6 +281,15 @@ func handle(m *message) intents.Handler {
 				return err
 			}
 			refundAfter = append(refundAfter, intents.After{Name: "capture"})
+		}
+		if m.cancel {
+			if err := rec.Record(intents.Intent{
+				Kind: stripeprovider.KindCancel, Name: "cancel", Reference: m.id,
+				Payload: map[string]any{"cancellation_reason": "abandoned"},
+				After:   []intents.After{fromPayment},
+			}); err != nil {
+				return err
+			}
 		}
 		if m.refund > 0 {
 			if err := rec.Record(intents.Intent{

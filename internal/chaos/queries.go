@@ -71,7 +71,8 @@ SELECT
     (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = ANY($1) AND (
         SELECT count(*) FILTER (WHERE i.kind = $2) = 1 AND count(*) FILTER (WHERE i.kind = $3) = 1
             AND count(*) FILTER (WHERE i.kind = $4) <= 1 AND count(*) FILTER (WHERE i.kind = $5) <= 1
-            AND count(*) FILTER (WHERE i.kind NOT IN ($2, $3, $4, $5)) = 0
+            AND count(*) FILTER (WHERE i.kind = $6) <= 1
+            AND count(*) FILTER (WHERE i.kind NOT IN ($2, $3, $4, $5, $6)) = 0
         FROM outbox_intents i WHERE i.consumer = m.consumer AND i.message_id = m.message_id) IS NOT TRUE),
     (SELECT count(*) FROM outbox_intents i WHERE i.consumer IS NOT NULL AND NOT EXISTS (
         SELECT 1 FROM outbox_processed_messages m WHERE m.consumer = i.consumer AND m.message_id = i.message_id)),
@@ -83,7 +84,7 @@ SELECT
     (SELECT count(*) FROM outbox_events WHERE reason LIKE 'reconciled%')`
 
 // dependentsSQL lists the intents of kinds $1 that come after others (the
-// refunds and captures), with their message's payment: the intent's kind,
+// refunds, captures and cancels), with their message's payment: the intent's kind,
 // state and amount, the payment's PaymentIntent id, whether every
 // predecessor succeeded and when the last of them finished, whether one
 // failed or was cancelled, whether one is still in_doubt or waiting, and

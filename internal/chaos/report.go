@@ -58,7 +58,8 @@ type Report struct {
 	Payments    int `json:"payments_at_stripe_double"`
 	Emails      int `json:"emails_at_sendgrid_double"`
 	// Captures counts the authorisations captured at the Stripe double,
-	// each by a capture intent ordered after its payment.
+	// each by a capture intent ordered after its payment; Cancels the
+	// authorisations cancelled, each by a cancel intent ordered after it.
 	// Refunds counts the refunds at the Stripe double and Refunded what
 	// they refunded (cents); each was ordered after its message's payment
 	// and took that payment's PaymentIntent id. CancelledAfterPayment
@@ -67,6 +68,7 @@ type Report struct {
 	// waiting for an in_doubt predecessor; captures are counted with them.
 	Refunds               int   `json:"refunds_at_stripe_double"`
 	Captures              int   `json:"captures_at_stripe_double"`
+	Cancels               int   `json:"cancels_at_stripe_double"`
 	Refunded              int64 `json:"refunded_cents"`
 	CancelledAfterPayment int   `json:"refunds_cancelled_after_payment"`
 	WaitingForPayment     int   `json:"refunds_waiting_for_payment"`
@@ -178,8 +180,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("intents", r.Intents)
 	row("requests cut by a kill", r.CutRequests)
 	row("effects", fmt.Sprintf("%d payments at the Stripe double, %d emails at the SendGrid double", r.Payments, r.Emails))
-	row("refunds and captures", fmt.Sprintf("%d refunds (%d cents) and %d captures at the Stripe double, each after its payment and on its PaymentIntent; %d cancelled as what they come after failed or was cancelled, %d waiting for an in_doubt one",
-		r.Refunds, r.Refunded, r.Captures, r.CancelledAfterPayment, r.WaitingForPayment))
+	row("refunds, captures, cancels", fmt.Sprintf("%d refunds (%d cents), %d captures and %d cancels at the Stripe double, each after its payment and on its PaymentIntent; %d not performed as what they come after failed or was cancelled, %d waiting for an in_doubt one",
+		r.Refunds, r.Refunded, r.Captures, r.Cancels, r.CancelledAfterPayment, r.WaitingForPayment))
 	row("another deployment's PaymentIntents", fmt.Sprintf("%d created before the run, %d at the double after it, %d adopted", r.ForeignObjects, r.ForeignAtDouble, r.AdoptedForeign))
 	row("503 storms", fmt.Sprintf("%d payments answered 503; %d intents failed with their budget spent and nothing that may have acted; %d spent it after an attempt that may have acted", r.StormAnswered, r.FailedBudget, r.BudgetSpentMayHaveActed))
 	row("SendGrid over HTTP/2", fmt.Sprintf("%d emails, %d streams reset after the double accepted the email", r.SendGridHTTP2, r.StreamResets))

@@ -65,6 +65,7 @@ type evidence struct {
 	refunds      []StripeRefund                    // every refund at the Stripe double
 	ourRefunds   map[string]int                    // refunds by intent id
 	ourCaptures  map[string]int                    // captured PaymentIntents by capture intent id
+	ourCancels   map[string]int                    // cancelled PaymentIntents by cancel intent id (filled by checkDependents)
 	storm        StormStats
 	resets       ResetStats
 	deaths       []time.Time // dispatcher processes reaped after SIGKILL or an exit of their own, sorted
@@ -133,6 +134,8 @@ func (ev *evidence) effects(kind string, id int64) int {
 		return ev.ourRefunds[key]
 	case stripeprovider.KindCapture:
 		return ev.ourCaptures[key]
+	case stripeprovider.KindCancel:
+		return ev.ourCancels[key]
 	case sendgridprovider.KindEmail:
 		return ev.sendgrid.EffectsByIntent[key]
 	}
@@ -221,14 +224,14 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	rep.InDoubtWhy = map[string]int{}
 	problem := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
 
-	if want := 2*rep.Messages + rep.Messages/RefundEvery + rep.Messages/CaptureEvery; rep.Intents != want {
+	if want := intentsRecorded(rep.Messages); rep.Intents != want {
 		problem("%d intents recorded for %d messages, want %d", rep.Intents, rep.Messages, want)
 	}
 	dependents, err := checkDependents(ctx, pool, ev, rep, problem)
 	if err != nil {
 		return err
 	}
-	known := map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, stripeprovider.KindRefund: {}, stripeprovider.KindCapture: {}, sendgridprovider.KindEmail: {}}
+	known := map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, stripeprovider.KindRefund: {}, stripeprovider.KindCapture: {}, stripeprovider.KindCancel: {}, sendgridprovider.KindEmail: {}}
 	var inDoubt []int64
 	byID := map[int64]intentRow{}
 	stripeIntents, stripeInDoubt := 0, 0
@@ -325,7 +328,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	if err := pool.QueryRow(ctx, inDoubtEventsSQL).Scan(&rep.InDoubtSettledByLookUp, &rep.InDoubtFoundByLookUp, &rep.ProvenAbsent); err != nil {
 		return fmt.Errorf("chaos: count look-ups: %w", err)
 	}
-	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.ourStripe, stripeprovider.KindRefund: ev.ourRefunds, stripeprovider.KindCapture: ev.ourCaptures, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
+	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.ourStripe, stripeprovider.KindRefund: ev.ourRefunds, stripeprovider.KindCapture: ev.ourCaptures, stripeprovider.KindCancel: ev.ourCancels, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
 		for id, n := range byIntent {
 			if !known[kind][id] {
 				problem("the %s double performed %d effects for intent %q, which is not a %s intent in the database", kind, n, id, kind)
@@ -356,7 +359,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 	}
 
 	var markers, markersWrong, intentsWithoutMarker, orders, ordersTwice, markersWithoutOrder int
-	if err := pool.QueryRow(ctx, consistencySQL, Consumers, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail, stripeprovider.KindRefund, stripeprovider.KindCapture).
+	if err := pool.QueryRow(ctx, consistencySQL, Consumers, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail, stripeprovider.KindRefund, stripeprovider.KindCapture, stripeprovider.KindCancel).
 		Scan(&markers, &markersWrong, &intentsWithoutMarker, &orders, &ordersTwice, &markersWithoutOrder, &rep.ReplayedAttempts, &rep.Reconciled); err != nil {
 		return fmt.Errorf("chaos: consistency: %w", err)
 	}
@@ -364,7 +367,7 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 		problem("%d processed markers for %d messages", markers, rep.Messages)
 	}
 	if markersWrong > 0 {
-		problem("%d processed markers without exactly their payment and email intents and at most one refund and one capture", markersWrong)
+		problem("%d processed markers without exactly their payment and email intents and at most one refund, capture and cancel", markersWrong)
 	}
 	if intentsWithoutMarker > 0 {
 		problem("%d intents recorded by a consumer have no processed marker", intentsWithoutMarker)
@@ -462,7 +465,7 @@ func formatWire(recs []WireRecord) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
-// dependentRow is a refund or capture intent, with its message's payment
+// dependentRow is a refund, capture or cancel intent, with its message's payment
 // and what it comes after.
 type dependentRow struct {
 	ID                int64
@@ -486,7 +489,7 @@ type dependentRow struct {
 // PaymentIntent than it charged (captured, for an authorisation). It
 // returns the intents by id.
 func checkDependents(ctx context.Context, pool *pgxpool.Pool, ev *evidence, rep *Report, problem func(string, ...any)) (map[int64]dependentRow, error) {
-	rows, err := pool.Query(ctx, dependentsSQL, []string{stripeprovider.KindRefund, stripeprovider.KindCapture}, stripeprovider.KindPaymentIntent)
+	rows, err := pool.Query(ctx, dependentsSQL, []string{stripeprovider.KindRefund, stripeprovider.KindCapture, stripeprovider.KindCancel}, stripeprovider.KindPaymentIntent)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: read refunds and captures: %w", err)
 	}
@@ -501,6 +504,28 @@ func checkDependents(ctx context.Context, pool *pgxpool.Pool, ev *evidence, rep 
 			problem("%s intent %d was attempted at %s, before what it comes after had succeeded (all succeeded: %v, the last at %v)",
 				f.Kind, f.ID, f.FirstAttempt.Format(time.RFC3339Nano), f.PredecessorsDone, f.LastPredecessorAt)
 		}
+	}
+	// A cancel has no metadata of its own at Stripe: its effect is its
+	// message's PaymentIntent cancelled, and only a cancel intent cancels.
+	status := map[string]string{}
+	for _, o := range ev.stripeObjs {
+		status[o.ID] = o.Status
+	}
+	ev.ourCancels = map[string]int{}
+	for _, f := range list {
+		if f.Kind == stripeprovider.KindCancel && f.PaymentRef != "" && status[f.PaymentRef] == "canceled" {
+			ev.ourCancels[strconv.FormatInt(f.ID, 10)]++
+			rep.Cancels++
+		}
+	}
+	canceled := 0
+	for _, o := range ev.stripeObjs {
+		if o.Status == "canceled" && !o.foreign() {
+			canceled++
+		}
+	}
+	if canceled != rep.Cancels {
+		problem("%d of our PaymentIntents are cancelled at the double, but only %d by a cancel intent of their message", canceled, rep.Cancels)
 	}
 	charged := map[string]int64{}
 	for _, o := range ev.stripeObjs {

@@ -30,10 +30,10 @@ server at --database-url (dropped afterwards unless --keep-database):
     terminated about every --backend-kill-every;
   - an at-least-once driver delivers messages, with sequential and
     concurrent duplicates, each recording a payment and an email (every
-    fifth payment only authorised, then captured by an intent ordered after
-    it; every third message also a partial refund ordered after the
-    payment, taking its PaymentIntent id); some ids contain ':', '%' and
-    '~' or are as long as allowed;
+    fifth payment only authorised, then captured, or for every tenth
+    cancelled, by an intent ordered after it; every third message also a
+    partial refund ordered after the payment, taking its PaymentIntent id);
+    some ids contain ':', '%' and '~' or are as long as allowed;
   - an operator cancels, resends and resolves random intents.
 
 After --duration the chaos stops and the dispatchers drain. The report is

@@ -53,7 +53,7 @@ written to --out):
              transactions per intent (pg_stat_database)
 
 Every scenario works in a scratch database of its own on the server at
---database-url, dropped afterwards. The full run takes about ten minutes on
+--database-url, dropped afterwards. The full run takes about twenty minutes on
 two cores; --quick runs every scenario with smaller sizes (a few minutes,
 noisier figures); --smoke runs every scenario briefly (the figures then
 mean nothing). A missed target is reported in the table; with --strict it also

@@ -86,15 +86,17 @@ func TestServeDoublesKeepsAWireLogPerIntent(t *testing.T) {
 			callCtx, cancel := context.WithTimeout(ctx, callTimeout)
 			_, err := c.provider.Perform(callCtx, providers.Request{IntentID: id, IdempotencyKey: fmt.Sprintf("t:%d", id), Kind: c.kind, Attempt: 1, Payload: json.RawMessage(c.payload)})
 			cancel()
-			// stripe-go retries a dropped connection itself, with the same
-			// key: the client saw the last answer.
-			recs := waitWire(t, c.base, id)
-			r := recs[len(recs)-1]
 			var attemptErr *providers.AttemptError
 			status := 0
 			if errors.As(err, &attemptErr) {
 				status = attemptErr.HTTPStatus
 			}
+			// stripe-go retries a dropped connection itself, with the same
+			// key: the client saw the last answer, whose record the double
+			// adds only once it has written it, so possibly after the
+			// client read it.
+			recs := waitWire(t, c.base, id, err == nil || status != 0)
+			r := recs[len(recs)-1]
 			switch {
 			case err == nil:
 				seen["answered"] = true
@@ -138,7 +140,9 @@ func TestServeDoublesKeepsAWireLogPerIntent(t *testing.T) {
 // waitWire polls the wire log until it holds a record for intent id (a
 // handler whose client went away records when it returns) and returns that
 // intent's records.
-func waitWire(t *testing.T, base string, id int64) []chaos.WireRecord {
+// waitWire returns the wire log's records of intent id once it has one,
+// and, when answered, once the last of them is an answer.
+func waitWire(t *testing.T, base string, id int64, answered bool) []chaos.WireRecord {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -148,11 +152,11 @@ func waitWire(t *testing.T, base string, id int64) []chaos.WireRecord {
 				recs = append(recs, r)
 			}
 		}
-		if len(recs) > 0 {
+		if len(recs) > 0 && (!answered || recs[len(recs)-1].Status != 0) {
 			return recs
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the wire log at %s has no record for intent %d after 10s", base, id)
+			t.Fatalf("the wire log at %s has no record for intent %d (answered: %v) after 10s: %+v", base, id, answered, recs)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -1,11 +1,9 @@
 package intentstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,34 +75,22 @@ const maxClaimGroup = 128
 // order (see settleGroup); if it fails for a reason other than a transient
 // error, each claim is tried alone.
 func (s *Store) claimGroup(ctx context.Context, group []*call[ClaimParams, Claim]) {
-	if len(group) == 1 {
-		group[0].res, group[0].err = s.claimAlone(ctx, group[0].req)
-		return
-	}
-	sorted := slices.Clone(group)
-	slices.SortStableFunc(sorted, func(a, b *call[ClaimParams, Claim]) int { return cmp.Compare(a.req.Row.ID, b.req.Row.ID) })
-	b := &pgx.Batch{}
-	results := make([]*claimResult, len(sorted))
-	for i, cl := range sorted {
-		results[i] = queueClaim(b, cl.req)
-	}
-	err := s.pool.SendBatch(ctx, b).Close()
-	if err == nil {
-		// Only now has the transaction committed.
-		for i, cl := range sorted {
-			cl.res, cl.err = results[i].claim()
-		}
-		return
-	}
-	if IsTransient(ctx, err) {
-		for _, cl := range group {
-			cl.err = fmt.Errorf("intentstore: claim intent %d: %w", cl.req.Row.ID, err)
-		}
-		return
-	}
-	for _, cl := range sorted {
-		cl.res, cl.err = s.claimAlone(ctx, cl.req)
-	}
+	runOrdered(ctx, group, "claim", func(p ClaimParams) int64 { return p.Row.ID }, s.claimAlone,
+		func(ctx context.Context, sorted []*call[ClaimParams, Claim]) error {
+			b := &pgx.Batch{}
+			results := make([]*claimResult, len(sorted))
+			for i, cl := range sorted {
+				results[i] = queueClaim(b, cl.req)
+			}
+			if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			// Only now has the transaction committed.
+			for i, cl := range sorted {
+				cl.res, cl.err = results[i].claim()
+			}
+			return nil
+		})
 }
 
 func (s *Store) claimAlone(ctx context.Context, p ClaimParams) (Claim, error) {

@@ -1,8 +1,10 @@
 package intentstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -99,4 +101,36 @@ func (c *combiner[Req, Res]) runGroup(ctx context.Context, group []*call[Req, Re
 		}
 	}()
 	c.run(ctx, group)
+}
+
+// runOrdered is what every group run shares. A group of one runs alone.
+// A larger one runs together, in intent id order, so that two groups, or a
+// group and an operator's action, cannot wait on each other's row locks in
+// a cycle (the sort is stable: two requests for one intent keep the order
+// they came in); together sets every call's result once its transaction
+// committed, or returns its error. A transient error that outlasted
+// together's own retries fails every call: one by one would not fare
+// better, only take len(group) times longer. Any other error falls back to
+// each request alone, so one bad request cannot hold back the rest.
+func runOrdered[Req, Res any](ctx context.Context, group []*call[Req, Res], what string, id func(Req) int64,
+	alone func(context.Context, Req) (Res, error), together func(context.Context, []*call[Req, Res]) error) {
+	if len(group) == 1 {
+		group[0].res, group[0].err = alone(ctx, group[0].req)
+		return
+	}
+	sorted := slices.Clone(group)
+	slices.SortStableFunc(sorted, func(a, b *call[Req, Res]) int { return cmp.Compare(id(a.req), id(b.req)) })
+	err := together(ctx, sorted)
+	if err == nil {
+		return
+	}
+	if IsTransient(ctx, err) {
+		for _, cl := range group {
+			cl.err = fmt.Errorf("intentstore: %s intent %d: %w", what, id(cl.req), err)
+		}
+		return
+	}
+	for _, cl := range sorted {
+		cl.res, cl.err = alone(ctx, cl.req)
+	}
 }

@@ -1,7 +1,6 @@
 package intentstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,34 +106,22 @@ const maxLoadClaimGroup = 128
 // order (see settleGroup); if it fails for a reason other than a transient
 // error, each is run alone.
 func (s *Store) loadClaimGroup(ctx context.Context, group []*call[loadClaimReq, Loaded]) {
-	if len(group) == 1 {
-		group[0].res, group[0].err = s.loadClaimAlone(ctx, group[0].req)
-		return
-	}
-	sorted := slices.Clone(group)
-	slices.SortStableFunc(sorted, func(a, b *call[loadClaimReq, Loaded]) int { return cmp.Compare(a.req.id, b.req.id) })
-	b := &pgx.Batch{}
-	results := make([]*loadClaimResult, len(sorted))
-	for i, cl := range sorted {
-		results[i] = queueLoadClaim(b, cl.req)
-	}
-	err := s.pool.SendBatch(ctx, b).Close()
-	if err == nil {
-		// Only now has the transaction committed.
-		for i, cl := range sorted {
-			cl.res, cl.err = results[i].loaded()
-		}
-		return
-	}
-	if IsTransient(ctx, err) {
-		for _, cl := range group {
-			cl.err = fmt.Errorf("intentstore: load and claim intent %d: %w", cl.req.id, err)
-		}
-		return
-	}
-	for _, cl := range sorted {
-		cl.res, cl.err = s.loadClaimAlone(ctx, cl.req)
-	}
+	runOrdered(ctx, group, "load and claim", func(r loadClaimReq) int64 { return r.id }, s.loadClaimAlone,
+		func(ctx context.Context, sorted []*call[loadClaimReq, Loaded]) error {
+			b := &pgx.Batch{}
+			results := make([]*loadClaimResult, len(sorted))
+			for i, cl := range sorted {
+				results[i] = queueLoadClaim(b, cl.req)
+			}
+			if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			// Only now has the transaction committed.
+			for i, cl := range sorted {
+				cl.res, cl.err = results[i].loaded()
+			}
+			return nil
+		})
 }
 
 func (s *Store) loadClaimAlone(ctx context.Context, req loadClaimReq) (Loaded, error) {

@@ -1,10 +1,8 @@
 package intentstore
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,53 +104,32 @@ const maxSettleGroup = 128
 // while it meets transient errors; a group that fails otherwise falls back
 // to one transaction per settlement.
 func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settled]) {
-	if len(group) == 1 {
-		group[0].res, group[0].err = s.settleAlone(ctx, group[0].req)
-		return
-	}
-	// Row locks are taken in intent id order, so that two groups, or a
-	// group and an operator's action, cannot wait on each other in a
-	// cycle. The sort is stable: two settlements of one intent keep the
-	// order they came in.
-	sorted := slices.Clone(group)
-	slices.SortStableFunc(sorted, func(a, b *call[Settlement, Settled]) int { return cmp.Compare(a.req.Row.ID, b.req.Row.ID) })
-	err := retryTransient(ctx, func(ctx context.Context) error {
-		b := &pgx.Batch{}
-		results := make([]*settleResult, len(sorted))
-		ids := make([]int64, 0, len(sorted))
-		finishes := false
-		for i, cl := range sorted {
-			results[i] = s.queueSettlement(b, cl.req)
-			ids = append(ids, cl.req.Row.ID)
-			finishes = finishes || cl.req.To.Terminal()
-		}
-		if finishes {
-			// One aggregated count for the group, after every release.
-			queueCount(b, ids)
-		}
-		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
-		// Only now has the transaction committed.
-		for i, cl := range sorted {
-			cl.res = results[i].settled()
-		}
-		return nil
-	})
-	if err == nil {
-		return
-	}
-	if IsTransient(ctx, err) {
-		// The database stayed out of reach for the whole retry budget: one
-		// by one would not fare better, only take len(group) times longer.
-		for _, cl := range group {
-			cl.err = fmt.Errorf("intentstore: settle intent %d: %w", cl.req.Row.ID, err)
-		}
-		return
-	}
-	for _, cl := range sorted {
-		cl.res, cl.err = s.settleAlone(ctx, cl.req)
-	}
+	runOrdered(ctx, group, "settle", func(st Settlement) int64 { return st.Row.ID }, s.settleAlone,
+		func(ctx context.Context, sorted []*call[Settlement, Settled]) error {
+			return retryTransient(ctx, func(ctx context.Context) error {
+				b := &pgx.Batch{}
+				results := make([]*settleResult, len(sorted))
+				ids := make([]int64, 0, len(sorted))
+				finishes := false
+				for i, cl := range sorted {
+					results[i] = s.queueSettlement(b, cl.req)
+					ids = append(ids, cl.req.Row.ID)
+					finishes = finishes || cl.req.To.Terminal()
+				}
+				if finishes {
+					// One aggregated count for the group, after every release.
+					queueCount(b, ids)
+				}
+				if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+					return err
+				}
+				// Only now has the transaction committed.
+				for i, cl := range sorted {
+					cl.res = results[i].settled()
+				}
+				return nil
+			})
+		})
 }
 
 // settleAlone commits one settlement in a transaction of its own, retried

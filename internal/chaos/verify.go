@@ -508,8 +508,13 @@ func checkDependents(ctx context.Context, pool *pgxpool.Pool, ev *evidence, rep 
 	// A cancel has no metadata of its own at Stripe: its effect is its
 	// message's PaymentIntent cancelled, and only a cancel intent cancels.
 	status := map[string]string{}
+	charged := map[string]int64{}
+	canceled := 0
 	for _, o := range ev.stripeObjs {
-		status[o.ID] = o.Status
+		status[o.ID], charged[o.ID] = o.Status, o.received()
+		if o.Status == "canceled" && !o.foreign() {
+			canceled++
+		}
 	}
 	ev.ourCancels = map[string]int{}
 	for _, f := range list {
@@ -518,18 +523,10 @@ func checkDependents(ctx context.Context, pool *pgxpool.Pool, ev *evidence, rep 
 			rep.Cancels++
 		}
 	}
-	canceled := 0
-	for _, o := range ev.stripeObjs {
-		if o.Status == "canceled" && !o.foreign() {
-			canceled++
-		}
-	}
 	if canceled != rep.Cancels {
 		problem("%d of our PaymentIntents are cancelled at the double, but only %d by a cancel intent of their message", canceled, rep.Cancels)
 	}
-	charged := map[string]int64{}
 	for _, o := range ev.stripeObjs {
-		charged[o.ID] = o.received()
 		id := o.Metadata[stripeprovider.CaptureIntentIDMetadataKey]
 		if id == "" || o.foreign() {
 			continue

@@ -114,9 +114,9 @@ func (c *Client) Consume(ctx context.Context, msg Message, handler Handler) (Res
 	return result, err
 }
 
-// consumeOnce runs one attempt at msg in its own transaction, in four
-// round trips besides the handler's own: BEGIN, the marker, then the
-// intents' statement and COMMIT in one batch.
+// consumeOnce runs one attempt at msg in its own transaction, in two
+// round trips besides the handler's own: BEGIN with the marker, then the
+// intents' statement with COMMIT.
 func (c *Client) consumeOnce(ctx context.Context, msg Message, handler Handler) (Result, error) {
 	var res Result
 	var pi pendingInsert
@@ -169,20 +169,23 @@ func (c *Client) inTx(ctx context.Context, marker *Message, fn func(tx pgx.Tx, b
 		}
 	}
 	defer rollback()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("intents: begin: %w", err)
-	}
+	// BEGIN and the marker go in one batch (pgx's Batch.BeginTx): one
+	// round trip.
+	first := &pgx.Batch{}
+	first.BeginTx(pgx.TxOptions{})
+	isNew := true
 	if marker != nil {
-		isNew, err := intentstore.InsertMarker(ctx, tx, marker.Consumer, marker.ID)
-		if err != nil {
-			return fmt.Errorf("intents: %w", err)
-		}
-		if !isNew {
-			// Another transaction holds or held the marker; a concurrent
-			// one was waited for until it committed.
-			return errDuplicateMarker
-		}
+		intentstore.QueueInsertMarker(first, marker.Consumer, marker.ID, &isNew)
+	}
+	br := conn.Conn().SendBatch(ctx, first)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("intents: begin with the processed marker: %w", err)
+	}
+	if !isNew {
+		// Another transaction holds or held the marker; a concurrent one
+		// was waited for until it committed.
+		return errDuplicateMarker
 	}
 	b := &pgx.Batch{}
 	commit, err := fn(tx, b)

@@ -86,6 +86,16 @@ func InsertMarker(ctx context.Context, tx pgx.Tx, consumer, messageID string) (b
 	return tag.RowsAffected() == 1, nil
 }
 
+// QueueInsertMarker adds InsertMarker's statement to b: once b has run,
+// *isNew says whether the marker was new. Queued behind b.BeginTx, the
+// transaction's BEGIN and its marker cost one round trip.
+func QueueInsertMarker(b *pgx.Batch, consumer, messageID string, isNew *bool) {
+	b.Queue(insertMarkerSQL, pgx.NamedArgs{"consumer": consumer, "message_id": messageID}).Exec(func(tag pgconn.CommandTag) error {
+		*isNew = tag.RowsAffected() == 1
+		return nil
+	})
+}
+
 // InsertMarkers inserts the markers of a batch of messages in tx, in a
 // deadlock-free order, and calls inserted with each one that was new.
 func InsertMarkers(ctx context.Context, tx pgx.Tx, consumers, messageIDs []string, inserted func(consumer, messageID string)) error {

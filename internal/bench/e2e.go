@@ -318,6 +318,15 @@ func (r *runner) climb(ctx context.Context, peer e2ePeer, delay time.Duration, r
 		return res, fmt.Errorf("%s warming up: %w", peer.name, err)
 	}
 	r.progress("  warm-up: %s", warm)
+	// Statistics as autovacuum would have them a minute into a new
+	// database's life. Without them every system runs the climb on the
+	// plans it cached while its tables were empty (the generic plan of a
+	// statement is fixed after its fifth run): sequential scans of tables
+	// that grow by thousands of rows a second. ANALYZE replaces those plans
+	// on every connection, for this module and the peers alike.
+	if _, err := db.pool.Exec(ctx, "ANALYZE"); err != nil {
+		return res, fmt.Errorf("%s: analyze after the warm-up: %w", peer.name, err)
+	}
 	// try offers rate up to e2eTries times: on a shared machine a step can
 	// fail on a neighbour's burst, so a rate fails when it fails every
 	// time.

@@ -93,7 +93,7 @@ func (r *runner) orderedRun(ctx context.Context, db *database, workers, n, keys 
 	}
 	record = float64(n) / time.Since(start).Seconds()
 	r.progress("ordered: dispatching them, %d workers", workers)
-	took, err := r.runDispatcher(ctx, db.pool, dbl.registry, workers, n)
+	took, err := r.runDispatcher(ctx, db.pool, dbl.registry, workers, n, nil)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -300,7 +300,7 @@ func (r *runner) retainedDrain(ctx context.Context, sides []*retainedDB) ([]Row,
 		if err != nil {
 			return nil, err
 		}
-		d, err := r.runDispatcher(ctx, pool, dbl.registry, workers, share)
+		d, err := r.runDispatcher(ctx, pool, dbl.registry, workers, share, nil)
 		pool.Close()
 		if err != nil {
 			return nil, err

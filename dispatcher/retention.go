@@ -20,6 +20,10 @@ type Pruned struct {
 	// that finished more than Config.AuditRetention ago were deleted, each
 	// with its attempts and events.
 	Intents int64
+	// OrderingKeys is how many ordering keys that no unfinished intent
+	// holds were forgotten (see intents.Intent.OrderingKey); a key used
+	// again starts afresh, in recorded order as before.
+	OrderingKeys int64
 }
 
 type retentionArgs struct{}
@@ -45,8 +49,8 @@ func (w *retentionWorker) Timeout(*river.Job[retentionArgs]) time.Duration {
 
 func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[retentionArgs]) error {
 	pruned, err := w.d.PruneOnce(ctx)
-	if pruned.Markers > 0 || pruned.Intents > 0 || err != nil {
-		attrs := []any{"markers", pruned.Markers, "intents", pruned.Intents,
+	if pruned.Markers > 0 || pruned.Intents > 0 || pruned.OrderingKeys > 0 || err != nil {
+		attrs := []any{"markers", pruned.Markers, "intents", pruned.Intents, "ordering_keys", pruned.OrderingKeys,
 			"dedup_window", w.d.config.DedupWindow, "audit_retention", w.d.config.AuditRetention}
 		if err != nil {
 			w.d.config.Logger.WarnContext(ctx, "retention pass stopped early; the next one goes on", append(attrs, "error", err)...)
@@ -69,8 +73,8 @@ func (d *Dispatcher) retentionJob() *river.PeriodicJob {
 // PruneOnce runs one retention pass now: it deletes processed markers older
 // than Config.DedupWindow, then terminal intents (succeeded, failed,
 // cancelled) that finished more than Config.AuditRetention ago, with their
-// attempts and events. Pending, dispatching and in_doubt intents are never
-// deleted, however old. Each statement deletes at most Config.RetentionBatch
+// attempts and events, then ordering keys no unfinished intent holds.
+// Pending, dispatching and in_doubt intents are never deleted, however old. Each statement deletes at most Config.RetentionBatch
 // rows in its own transaction and is repeated until one comes back short;
 // ages are measured on the database's clock. The leader runs a pass every
 // Config.RetentionInterval; calling PruneOnce directly as well is safe
@@ -86,6 +90,12 @@ func (d *Dispatcher) PruneOnce(ctx context.Context) (Pruned, error) {
 	p.Intents, err = d.pruneBatches(ctx, d.store.PruneIntents, d.config.AuditRetention)
 	if err != nil {
 		return p, fmt.Errorf("dispatcher: prune terminal intents: %w", err)
+	}
+	p.OrderingKeys, err = d.pruneBatches(ctx, func(ctx context.Context, _ time.Duration, limit int) (int64, error) {
+		return d.store.PruneOrderingKeys(ctx, limit)
+	}, 0)
+	if err != nil {
+		return p, fmt.Errorf("dispatcher: prune idle ordering keys: %w", err)
 	}
 	return p, nil
 }

@@ -63,6 +63,31 @@ func (s *Store) PruneIntents(ctx context.Context, olderThan time.Duration, limit
 	return n, err
 }
 
+// PruneOrderingKeys deletes up to limit ordering keys that no unfinished
+// intent holds (their row in outbox_ordering_keys numbers the key's
+// intents) and returns how many. A key used again later starts afresh. It
+// skips keys that are being recorded or released right now.
+func (s *Store) PruneOrderingKeys(ctx context.Context, limit int) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, lockIdleOrderingKeysSQL, pgx.NamedArgs{"limit": limit})
+		if err != nil {
+			return err
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		tag, err := tx.Exec(ctx, deleteIdleOrderingKeysSQL, pgx.NamedArgs{"keys": keys})
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
 // jobArgs adds the dispatch job's constants to args.
 func (s *Store) jobArgs(args pgx.NamedArgs) pgx.NamedArgs {
 	args["job_kind"] = s.job.kind

@@ -144,3 +144,90 @@ func TestSettlementReleasesAndCancelsWhatWaits(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A key no unfinished intent holds is forgotten, unless someone holds its
+// row right now; used again, it starts afresh and orders as before.
+func TestPruneOrderingKeysForgetsOnlyIdleKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	store, err := intentstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := 0
+	record := func(keys ...string) []int64 {
+		t.Helper()
+		var ib intentstore.InsertBatch
+		for _, k := range keys {
+			seq++
+			ib.Add(intentstore.NewIntent{Key: k + "-" + strconv.Itoa(seq), Kind: "sendgrid.email", Provider: "sendgrid",
+				Payload: []byte(`{}`), Actor: "test", Order: &intentstore.Order{OrderingKey: k}})
+		}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &ib) }); err != nil {
+			t.Fatal(err)
+		}
+		return ib.IDs
+	}
+	succeed := func(id int64) {
+		t.Helper()
+		r, err := store.Load(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := store.Settle(ctx, intentstore.Settlement{Row: r, From: r.State, To: intenttype.StateSucceeded, Reason: "test"}); err != nil || !res.Applied {
+			t.Fatalf("settle %d: %+v, %v", id, res, err)
+		}
+	}
+	keys := func() []string {
+		t.Helper()
+		rows, _ := pool.Query(ctx, `SELECT ordering_key FROM outbox_ordering_keys ORDER BY 1`)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	busy := record("busy", "busy") // the second stays unfinished
+	idle := record("idle")
+	held := record("held")
+	succeed(busy[0])
+	succeed(idle[0])
+	succeed(held[0])
+
+	// A recorder (or a release) holding "held" makes the prune pass it by.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM outbox_ordering_keys WHERE ordering_key = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := store.PruneOrderingKeys(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("PruneOrderingKeys = %d, %v; want 1 (idle only)", n, err)
+	}
+	if got := keys(); !slices.Equal(got, []string{"busy", "held"}) {
+		t.Fatalf("keys left = %v, want [busy held]", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := store.PruneOrderingKeys(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("second PruneOrderingKeys = %d, %v; want 1 (held, now free)", n, err)
+	}
+
+	// Used again, the forgotten key starts afresh and still orders.
+	again := record("idle", "idle")
+	rows, _ := pool.Query(ctx, `SELECT state || ':' || key_seq FROM outbox_intents WHERE id = ANY($1) ORDER BY id`, again)
+	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(states, []string{"pending:1", "waiting:2"}) {
+		t.Fatalf("the key used again: %v, want [pending:1 waiting:2]", states)
+	}
+	if got := keys(); !slices.Equal(got, []string{"busy", "idle"}) {
+		t.Fatalf("keys = %v, want [busy idle]", got)
+	}
+}

@@ -362,6 +362,33 @@ counted AS (
 )
 SELECT count(*) FROM deleted`
 
+// lockIdleOrderingKeysSQL locks up to @limit ordering keys that no
+// unfinished intent holds, skipping keys a recorder or a release holds
+// now. deleteIdleOrderingKeysSQL then deletes those still idle, in the
+// same transaction but under a new snapshot: a recorder that took a key
+// after this statement's snapshot and committed before its lock is seen
+// there, and one that comes after the lock waits for the delete and
+// starts the key afresh. Numbering a key afresh is safe: key_seq is only
+// ever compared between unfinished intents of a key, and an idle key has
+// none.
+const lockIdleOrderingKeysSQL = `
+SELECT o.ordering_key
+FROM outbox_ordering_keys o
+WHERE NOT EXISTS (
+    SELECT 1 FROM outbox_intents i
+    WHERE i.ordering_key = o.ordering_key AND i.finished_at IS NULL)
+ORDER BY o.ordering_key
+LIMIT @limit
+FOR UPDATE SKIP LOCKED`
+
+// deleteIdleOrderingKeysSQL: see lockIdleOrderingKeysSQL.
+const deleteIdleOrderingKeysSQL = `
+DELETE FROM outbox_ordering_keys o
+WHERE o.ordering_key = ANY(@keys::text[])
+  AND NOT EXISTS (
+    SELECT 1 FROM outbox_intents i
+    WHERE i.ordering_key = o.ordering_key AND i.finished_at IS NULL)`
+
 // countSlot is the row of outbox_intent_counts a transaction adds to: its
 // backend's, so that concurrent transactions rarely share one and never
 // queue on a single hot row (migration 007).

@@ -152,6 +152,56 @@ func TestDependentWaitsForAnInDoubtPredecessorUntilAnOperatorResolvesIt(t *testi
 	}
 }
 
+// An operator who resolves an in_doubt charge as succeeded may name the
+// PaymentIntent the provider shows: the refund ordered after the charge is
+// then performed on it. Without one, the refund is cancelled, saying why.
+func TestResolvedWithAProviderReferenceReleasesWhatFillsFromIt(t *testing.T) {
+	t.Parallel()
+	for _, withRef := range []bool{true, false} {
+		t.Run(fmt.Sprintf("provider_ref=%v", withRef), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, options{})
+			charge, refund := b.chargeThenRefund(t, paymentPayload)
+			// The charge went in_doubt before this dispatcher started (its
+			// job is gone with the attempt that left it so); the operator
+			// found its PaymentIntent at Stripe.
+			pi := testkit.ForeignPaymentIntent(t, b.stripe, "", "", charge, 500, "cus_1")
+			if _, err := b.pool.Exec(context.Background(), `
+				UPDATE outbox_intents SET state = 'in_doubt', may_have_acted = true, attempt_count = 1 WHERE id = $1;`, charge); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.pool.Exec(context.Background(), `DELETE FROM river_job WHERE args @> jsonb_build_object('intent_id', $1::bigint)`, charge); err != nil {
+				t.Fatal(err)
+			}
+			b.start(t, b.config())
+			action := audit.Action{Kind: audit.ActionResolve, IntentID: charge, As: intenttype.StateSucceeded, Actor: "ann", Reason: "Stripe shows it succeeded"}
+			if withRef {
+				action.ProviderRef = pi
+			}
+			if _, err := audit.New(b.pool, b.registry).Act(context.Background(), action); err != nil {
+				t.Fatal(err)
+			}
+			r := b.waitDone(t, refund)
+			refunds := b.stripe.Refunds()
+			if !withRef {
+				if r.State != intenttype.StateCancelled || !strings.Contains(r.LastError, "without a provider reference") || len(refunds) != 0 {
+					t.Fatalf("refund = %+v, %d refunds at the double: want cancelled for want of a provider reference, none sent", r, len(refunds))
+				}
+				return
+			}
+			if r.State != intenttype.StateSucceeded || len(refunds) != 1 || refunds[0].PaymentIntent != pi || refunds[0].Amount != 200 {
+				t.Fatalf("refund = %+v, the double's refunds %+v: want one of 200 on %s", r, refunds, pi)
+			}
+			if c := b.intent(t, charge); c.ProviderRef != pi {
+				t.Fatalf("charge's provider reference = %q, want %q", c.ProviderRef, pi)
+			}
+			if reasons := b.eventReasons(t, charge); !strings.Contains(reasons[len(reasons)-1], "provider reference set: "+pi) {
+				t.Fatalf("charge's events %q: want the resolve to name the reference", reasons)
+			}
+		})
+	}
+}
+
 // inFlight wraps the Stripe double's handler: it slows each PaymentIntent
 // create down and records, in the order they reach it, which intent each
 // is for and how many were in flight at once.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 
@@ -51,6 +52,15 @@ type Action struct {
 	// gets a *TransitionError with Expected set. Without it, a cancel that
 	// arrives just after a resend cancels the now pending intent.
 	IfState intenttype.State
+	// ProviderRef, only when resolving as succeeded and optional, is the
+	// provider's reference for the effect the operator found (a Stripe
+	// PaymentIntent id, a SendGrid X-Message-Id): it is set on the intent,
+	// and the intents that come after it and fill a field from it
+	// (intents.Intent.After with Fill) are released with that field
+	// filled. Without it such intents are cancelled, saying why. It is
+	// named in the event's reason. 1 to MaxProviderRefLength printable
+	// bytes, no spaces.
+	ProviderRef string
 }
 
 // Resend moves an in_doubt intent back to pending under a new key
@@ -98,7 +108,7 @@ func (s *Store) Act(ctx context.Context, a Action) (intenttype.Intent, error) {
 		return intenttype.Intent{}, fmt.Errorf("audit: %w", s.storeErr)
 	}
 	err = s.store.Act(ctx, intentstore.OperatorAction{
-		Kind: a.Kind, IntentID: a.IntentID, To: a.As, Actor: actor, Reason: a.Reason, IfState: a.IfState,
+		Kind: a.Kind, IntentID: a.IntentID, To: a.As, Actor: actor, Reason: a.Reason, IfState: a.IfState, ProviderRef: a.ProviderRef,
 	})
 	var te *TransitionError
 	if errors.As(err, &te) {
@@ -147,6 +157,16 @@ func (a Action) validate() (string, error) {
 		}
 	} else if a.As != "" {
 		return "", inputError("as", "only resolve takes a target state")
+	}
+	if a.ProviderRef != "" {
+		switch {
+		case a.Kind != ActionResolve || a.As != intenttype.StateSucceeded:
+			return "", inputError("provider_ref", "only a resolve as succeeded takes a provider reference: the effect the provider performed")
+		case len(a.ProviderRef) > MaxProviderRefLength:
+			return "", inputError("provider_ref", "longer than %d bytes (%d)", MaxProviderRefLength, len(a.ProviderRef))
+		case !printable(a.ProviderRef) || strings.ContainsFunc(a.ProviderRef, unicode.IsSpace):
+			return "", inputError("provider_ref", "contains spaces, control characters or invalid UTF-8")
+		}
 	}
 	if a.IfState != "" && !a.IfState.Valid() {
 		return "", inputError("if_state", "unknown state %q (known: %s)", truncate(string(a.IfState), 40), stateNames())

@@ -151,6 +151,11 @@ func TestBadActionArgumentsChangeNothing(t *testing.T) {
 		{audit.Action{Kind: audit.ActionCancel, IntentID: id, Actor: "alice", IfState: "maybe"}, "if_state"},
 		{audit.Action{Kind: "delete", IntentID: id, Actor: "alice"}, "kind"},
 		{audit.Action{Kind: audit.ActionCancel, IntentID: 0, Actor: "alice"}, "id"},
+		{audit.Action{Kind: audit.ActionResolve, IntentID: id, Actor: "alice", As: intenttype.StateFailed, Reason: "x", ProviderRef: "pi_1"}, "provider_ref"},
+		{audit.Action{Kind: audit.ActionResend, IntentID: id, Actor: "alice", ProviderRef: "pi_1"}, "provider_ref"},
+		{audit.Action{Kind: audit.ActionResolve, IntentID: id, Actor: "alice", As: intenttype.StateSucceeded, Reason: "x", ProviderRef: "pi 1"}, "provider_ref"},
+		{audit.Action{Kind: audit.ActionResolve, IntentID: id, Actor: "alice", As: intenttype.StateSucceeded, Reason: "x", ProviderRef: "pi_1\x1b[2J"}, "provider_ref"},
+		{audit.Action{Kind: audit.ActionResolve, IntentID: id, Actor: "alice", As: intenttype.StateSucceeded, Reason: "x", ProviderRef: strings.Repeat("p", audit.MaxProviderRefLength+1)}, "provider_ref"},
 	} {
 		_, err := b.store.Act(ctx, tc.action)
 		var fe *audit.FieldError

@@ -53,6 +53,9 @@ const (
 	// MaxActorLength bounds an action's actor, in bytes, before the
 	// "operator:" prefix.
 	MaxActorLength = 200
+	// MaxProviderRefLength bounds the provider reference a resolve may
+	// set, in bytes (Stripe's ids are far shorter).
+	MaxProviderRefLength = 255
 	// maxFilterString bounds a Filter's string fields: no column they are
 	// compared with holds longer values.
 	maxFilterString = 255

@@ -42,6 +42,9 @@ type actionRequest struct {
 	// IfState, when set, makes the action conditional on the intent still
 	// being in that state (409 otherwise).
 	IfState string `json:"if_state"`
+	// ProviderRef, for a resolve as succeeded only, is the provider's
+	// reference for the effect (see audit.Action.ProviderRef).
+	ProviderRef string `json:"provider_ref"`
 }
 
 func (s *Server) apiList(w http.ResponseWriter, r *http.Request) error {
@@ -154,6 +157,8 @@ func (s *Server) act(r *http.Request, id int64, action string, req actionRequest
 		Actor:    actor,
 		Reason:   strings.TrimSpace(req.Reason),
 		IfState:  intenttype.State(req.IfState),
+		// Not trimmed: a reference with spaces is refused, not altered.
+		ProviderRef: req.ProviderRef,
 	})
 	if err != nil {
 		return intenttype.Intent{}, err

@@ -250,6 +250,8 @@ func TestAPIRefusesBadInputAndChangesNothing(t *testing.T) {
 		{"cancel if_state that is stale", req{method: "POST", path: action(pending, "cancel"), body: `{"if_state": "in_doubt"}`}, 409, "changed meanwhile"},
 		{"resolve without a reason", req{method: "POST", path: action(inDoubt, "resolve"), body: `{"as": "succeeded"}`}, 400, "reason"},
 		{"resolve as pending", req{method: "POST", path: action(inDoubt, "resolve"), body: `{"reason": "r", "as": "pending"}`}, 400, "as"},
+		{"provider_ref on a resolve as failed", req{method: "POST", path: action(inDoubt, "resolve"), body: `{"reason": "r", "as": "failed", "provider_ref": "pi_1"}`}, 400, "provider_ref"},
+		{"provider_ref with a space", req{method: "POST", path: action(inDoubt, "resolve"), body: `{"reason": "r", "as": "succeeded", "provider_ref": "pi 1"}`}, 400, "provider_ref"},
 		{"as on a retry", req{method: "POST", path: action(inDoubt, "retry"), body: `{"as": "failed"}`}, 400, "as"},
 		{"unknown body field", req{method: "POST", path: action(inDoubt, "retry"), body: `{"reason": "r", "force": true}`}, 400, "force"},
 		{"body not JSON", req{method: "POST", path: action(inDoubt, "retry"), body: `reason=r`}, 400, "request body"},

@@ -355,6 +355,8 @@ type confirmBody struct {
 	Reason  string
 	As      string
 	Actor   string
+	// ProviderRef is a resolve's provider reference, as typed.
+	ProviderRef string
 }
 
 func (s *Server) loadForAction(r *http.Request) (confirmBody, error) {
@@ -393,6 +395,7 @@ func (s *Server) actionSubmit(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	b.Reason, b.As, b.Actor = r.PostForm.Get("reason"), r.PostForm.Get("as"), strings.TrimSpace(r.PostForm.Get("actor"))
+	b.ProviderRef = r.PostForm.Get("provider_ref")
 	again := func(status int, msg string) error {
 		b.Error = msg
 		s.render(w, r, status, "confirm.html", fmt.Sprintf("%s intent %d", actions[b.Action].verb, b.Intent.ID), b)
@@ -413,6 +416,7 @@ func (s *Server) actionSubmit(w http.ResponseWriter, r *http.Request) error {
 	req := actionRequest{Reason: b.Reason, IfState: r.PostForm.Get("seen_state")}
 	if b.Action == "resolve" {
 		req.As = b.As
+		req.ProviderRef = strings.TrimSpace(b.ProviderRef)
 	}
 	if _, err := s.act(r, b.Intent.ID, b.Action, req, actor); err != nil {
 		status, _, msg := s.classify(r, err)

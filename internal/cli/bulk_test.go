@@ -38,6 +38,8 @@ func TestIntentsBulkResolve(t *testing.T) {
 		{[]string{"intents", "resolve", fmt.Sprint(db.receipt), "--state", "in_doubt", "--as", "failed", "--reason", "x"}, "not both"},
 		{[]string{"intents", "resolve", "--kind", "sendgrid.email", "--as", "failed", "--reason", "x", "--yes"}, "--state is required"},
 		{[]string{"intents", "resolve", "--state", "in_doubt", "--as", "failed"}, "--reason is required"},
+		{[]string{"intents", "resolve", "--state", "in_doubt", "--as", "succeeded", "--provider-ref", "pi_1", "--reason", "x"}, "--provider-ref names one intent's effect"},
+		{[]string{"intents", "resolve", fmt.Sprint(db.receipt), "--as", "failed", "--provider-ref", "pi_1", "--reason", "x"}, "provider_ref"},
 		{bulk, "needs --yes when stdin is not a terminal"},
 	} {
 		r := db.run(t, c.args...)

@@ -440,6 +440,8 @@ type actionFlags struct {
 	reason      *string
 	expectState *string
 	asJSON      *bool
+	// providerRef is resolve's --provider-ref; nil for the other actions.
+	providerRef *string
 	// The bulk form: every intent the filter selects.
 	filter      *filterFlags
 	dryRun, yes *bool
@@ -504,15 +506,26 @@ nothing changes, exit 1.
 }
 
 func runIntentsResolve(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("intents resolve", "intents resolve ID|KEY --as succeeded|failed --reason TEXT [flags]\n   or: outboxd intents resolve --state in_doubt [filters] --as succeeded|failed --reason TEXT [--dry-run | --yes]", `
+	fs := newFlagSet("intents resolve", "intents resolve ID|KEY --as succeeded|failed --reason TEXT [--provider-ref REF] [flags]\n   or: outboxd intents resolve --state in_doubt [filters] --as succeeded|failed --reason TEXT [--dry-run | --yes]", `
 Settles an in_doubt intent after you found out at the provider what
 happened ('outboxd intents show ID' says where to look): --as succeeded if
 the effect happened, --as failed if it did not and must not be attempted
 again. Any other state: nothing changes, exit 1.
-`+bulkHelp, env)
+
+With --as succeeded, --provider-ref names what the provider shows for the
+effect (the PaymentIntent's id, the email's X-Message-Id): it becomes the
+intent's provider reference, and an intent ordered after it that fills a
+field from it (a refund's payment_intent) is released with it. Without it,
+such an intent is cancelled, saying why.
+`+bulkHelp+`
+Examples:
+  outboxd intents resolve 42 --as succeeded --provider-ref pi_3Pq... --reason "Stripe shows it succeeded"
+  outboxd intents resolve 43 --as failed --reason "no PaymentIntent carries its key"`, env)
 	var af actionFlags
 	af.register(fs, env)
 	as := fs.String("as", "", "succeeded or failed (required)")
+	providerRef := fs.String("provider-ref", "", "with --as succeeded: the provider's reference for the effect (one intent only)")
+	af.providerRef = providerRef
 	return runAction(ctx, fs, args, env, &af, audit.ActionResolve, func() (intenttype.State, error) {
 		switch *as {
 		case string(intenttype.StateSucceeded), string(intenttype.StateFailed):
@@ -547,10 +560,17 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	if strings.TrimSpace(*af.reason) == "" {
 		return usageErrorf("--reason is required: say why, for the event log")
 	}
+	providerRef := ""
+	if af.providerRef != nil {
+		providerRef = *af.providerRef
+	}
 	if bulk {
+		if providerRef != "" {
+			return usageErrorf("--provider-ref names one intent's effect: give the intent's ID|KEY, not filters")
+		}
 		return runBulkAction(ctx, env, af, audit.BulkAction{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason})
 	}
-	action := audit.Action{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason, IfState: intenttype.State(*af.expectState)}
+	action := audit.Action{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason, IfState: intenttype.State(*af.expectState), ProviderRef: providerRef}
 	id, numeric := parseID(idOrKey)
 	action.IntentID = max(id, 1) // validated for real once a key is looked up
 	if err := action.Validate(); err != nil {

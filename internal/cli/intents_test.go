@@ -340,12 +340,12 @@ func TestIntentsRetryCancelResolve(t *testing.T) {
 	}
 
 	// resolve the payment by its key, with --actor and --json.
-	r = db.run(t, "intents", "resolve", "billing:p1", "--as", "succeeded", "--reason", "pi_123 in the dashboard", "--actor", "bob", "--json")
+	r = db.run(t, "intents", "resolve", "billing:p1", "--as", "succeeded", "--provider-ref", "pi_123", "--reason", "seen in the dashboard", "--actor", "bob", "--json")
 	var in intenttype.Intent
 	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil || r.code != 0 {
 		t.Fatalf("resolve --json: %v\n%s", err, r)
 	}
-	if in.ID != db.payment || in.State != intenttype.StateSucceeded || in.FinishedAt == nil {
+	if in.ID != db.payment || in.State != intenttype.StateSucceeded || in.FinishedAt == nil || in.ProviderRef != "pi_123" {
 		t.Errorf("resolve --json = %+v", in)
 	}
 	if strings.Contains(r.stdout, "pm_card_visa") {

@@ -54,6 +54,10 @@ type OperatorAction struct {
 	// IfState makes the action conditional on the intent still being in
 	// that state when its row is locked.
 	IfState intenttype.State
+	// ProviderRef, for a resolve as succeeded, is set as the intent's
+	// provider reference (what intents after it fill from) and named in
+	// the event's reason.
+	ProviderRef string
 }
 
 // TransitionError is returned for an operator action the state diagram does
@@ -159,12 +163,20 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 		if a.Kind == ActionResend {
 			_, err = tx.Exec(ctx, resendSQL, pgx.NamedArgs{"id": a.IntentID})
 		} else {
-			_, err = tx.Exec(ctx, finishSQL, pgx.NamedArgs{"id": a.IntentID, "to": to})
+			var ref *string
+			if a.ProviderRef != "" && to == intenttype.StateSucceeded {
+				ref = &a.ProviderRef
+			}
+			_, err = tx.Exec(ctx, finishSQL, pgx.NamedArgs{"id": a.IntentID, "to": to, "provider_ref": ref})
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": a.Reason}); err != nil {
+		reason := a.Reason
+		if a.ProviderRef != "" && to == intenttype.StateSucceeded {
+			reason += fmt.Sprintf(" (provider reference set: %s)", a.ProviderRef)
+		}
+		if _, err := tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": reason}); err != nil {
 			return err
 		}
 		if a.Kind == ActionResend {

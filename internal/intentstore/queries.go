@@ -482,7 +482,8 @@ WHERE id = @id`
 // or failed.
 const finishSQL = `
 UPDATE outbox_intents
-SET state = @to::text, recheck_at = NULL, updated_at = now(), finished_at = now()
+SET state = @to::text, recheck_at = NULL, updated_at = now(), finished_at = now(),
+    provider_ref = coalesce(@provider_ref::text, provider_ref)
 WHERE id = @id`
 
 const insertEventSQL = `

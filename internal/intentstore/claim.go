@@ -119,7 +119,7 @@ func (r *claimResult) claim() (Claim, error) {
 func queueClaim(b *pgx.Batch, p ClaimParams) *claimResult {
 	res := &claimResult{}
 	from := p.Row.State
-	b.Queue(claimSQL, pgx.NamedArgs{
+	claimQ.queue(b, pgx.NamedArgs{
 		"id":              p.Row.ID,
 		"from":            from,
 		"seen_attempts":   p.Row.AttemptCount,

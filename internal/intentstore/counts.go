@@ -34,7 +34,7 @@ func queueCountFinished(b *pgx.Batch, to intenttype.State, ids ...int64) {
 // the transaction finished, whatever each was meant to move to: a group of
 // settlements counts its intents with one statement.
 func queueCount(b *pgx.Batch, ids []int64) {
-	b.Queue(countFinishedSQL, pgx.NamedArgs{"ids": ids})
+	countFinishedQ.queue(b, pgx.NamedArgs{"ids": ids})
 }
 
 // Recount rebuilds the finished counts from the intents themselves. The

@@ -149,7 +149,7 @@ func (r *loadClaimResult) loaded() (Loaded, error) {
 func queueLoadClaim(b *pgx.Batch, req loadClaimReq) *loadClaimResult {
 	res := &loadClaimResult{}
 	a := req.rules
-	b.Queue(loadClaimSQL, pgx.NamedArgs{
+	loadClaimQ.queue(b, pgx.NamedArgs{
 		"id": req.id, "now": req.now, "namespace": a.namespace, "max_attempts": a.maxAttempts,
 		"kinds": a.kinds, "kind_max_attempts": a.kindMaxAttempts,
 		"providers": a.providers, "max_key_lengths": a.providerKeyLimit,

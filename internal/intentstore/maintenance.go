@@ -14,8 +14,8 @@ import (
 // tx commits.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, ids []int64) error {
 	b := &pgx.Batch{}
-	b.Queue(enqueueSQL, s.jobArgs(pgx.NamedArgs{"ids": ids}))
-	b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
+	enqueueQ.queue(b, s.jobArgs(pgx.NamedArgs{"ids": ids}))
+	notifyQ.queue(b, pgx.NamedArgs{"notice": s.job.notice})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("intentstore: enqueue dispatch jobs: %w", err)
 	}

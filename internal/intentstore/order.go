@@ -124,7 +124,7 @@ func (s *Store) queueOrderSettled(b *pgx.Batch, st Settlement) {
 }
 
 func (s *Store) queueReleaseAfter(b *pgx.Batch, id int64) {
-	b.Queue(orderSettledSQL, s.jobArgs(pgx.NamedArgs{"id": id, "notice": s.job.notice}))
+	orderSettledQ.queue(b, s.jobArgs(pgx.NamedArgs{"id": id, "notice": s.job.notice}))
 }
 
 // orderSettledTx releases or cancels, in tx, the intents waiting for

@@ -2,7 +2,8 @@ package intentstore
 
 // Every statement on the outbox's tables that changes them, and on the River
 // rows they touch, in one place. Tables are created by migrations/001 to 007.
-// Parameters are named (pgx.NamedArgs).
+// Parameters are named (pgx.NamedArgs); the statements run for every intent
+// are rewritten into positional form once (named.go).
 
 const namespaceSQL = `SELECT namespace FROM outbox_namespace`
 

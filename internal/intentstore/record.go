@@ -90,7 +90,7 @@ func InsertMarker(ctx context.Context, tx pgx.Tx, consumer, messageID string) (b
 // *isNew says whether the marker was new. Queued behind b.BeginTx, the
 // transaction's BEGIN and its marker cost one round trip.
 func QueueInsertMarker(b *pgx.Batch, consumer, messageID string, isNew *bool) {
-	b.Queue(insertMarkerSQL, pgx.NamedArgs{"consumer": consumer, "message_id": messageID}).Exec(func(tag pgconn.CommandTag) error {
+	insertMarkerQ.queue(b, pgx.NamedArgs{"consumer": consumer, "message_id": messageID}).Exec(func(tag pgconn.CommandTag) error {
 		*isNew = tag.RowsAffected() == 1
 		return nil
 	})
@@ -108,7 +108,7 @@ func InsertMarkers(ctx context.Context, tx pgx.Tx, consumers, messageIDs []strin
 // inserted has been called with each marker that was new. Queued behind
 // b.BeginTx, the transaction's BEGIN and its markers cost one round trip.
 func QueueInsertMarkers(b *pgx.Batch, consumers, messageIDs []string, inserted func(consumer, messageID string)) {
-	b.Queue(insertMarkersSQL, pgx.NamedArgs{"consumers": consumers, "message_ids": messageIDs}).Query(func(rows pgx.Rows) error {
+	insertMarkersQ.queue(b, pgx.NamedArgs{"consumers": consumers, "message_ids": messageIDs}).Query(func(rows pgx.Rows) error {
 		var c, m string
 		_, err := pgx.ForEachRow(rows, []any{&c, &m}, func() error {
 			inserted(c, m)
@@ -136,14 +136,14 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 		return err
 	}
 	if ib.Len() == 1 {
-		b.Queue(insertIntentSQL, s.jobArgs(pgx.NamedArgs{
+		insertIntentQ.queue(b, s.jobArgs(pgx.NamedArgs{
 			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
 			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
 			"message_id": ib.messageIDs[0], "actor": ib.actors[0],
 			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0],
 		})).Query(collect)
 	} else {
-		b.Queue(insertIntentsSQL, s.jobArgs(pgx.NamedArgs{
+		insertIntentsQ.queue(b, s.jobArgs(pgx.NamedArgs{
 			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
 			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
 			"message_ids": ib.messageIDs, "actors": ib.actors,
@@ -152,7 +152,7 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 	}
 	s.queueRecordOrder(b, ib)
 	if s.notify.due() {
-		b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
+		notifyQ.queue(b, pgx.NamedArgs{"notice": s.job.notice})
 	}
 }
 

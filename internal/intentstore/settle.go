@@ -185,10 +185,10 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		args["http_status"], args["attempt_provider_ref"] = nullInt(o.HTTPStatus), nullString(o.ProviderRef)
 		args["replayed"], args["attempt_error"] = o.Replayed, nullString(o.Error)
 	}
-	b.Queue(settleSQL, args).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated) })
+	settleQ.queue(b, args).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated) })
 	if st.Enqueue {
-		b.Queue(enqueueSQL, s.jobArgs(pgx.NamedArgs{"ids": []int64{id}}))
-		b.Queue(notifySQL, pgx.NamedArgs{"notice": s.job.notice})
+		enqueueQ.queue(b, s.jobArgs(pgx.NamedArgs{"ids": []int64{id}}))
+		notifyQ.queue(b, pgx.NamedArgs{"notice": s.job.notice})
 	}
 	// Only when settleSQL's guard failed does adopt find an in_doubt intent.
 	adopt := st.To == intenttype.StateSucceeded && st.Attempt > 0
@@ -196,7 +196,7 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 	if adopt {
 		adoptReason = fmt.Sprintf("attempt %d, taken over meanwhile, learnt that the provider performed it", st.Attempt)
 	}
-	b.Queue(settledSQL, pgx.NamedArgs{
+	settledQ.queue(b, pgx.NamedArgs{
 		"id": id, "adopt": adopt, "seen_generation": st.Row.KeyGeneration, "provider_ref": nullString(st.ProviderRef),
 		"reason": adoptReason, "job_id": st.JobID,
 	}).QueryRow(func(row pgx.Row) error {

@@ -7,20 +7,28 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/internal/pgtest"
 )
 
-func setup(t *testing.T) (*intentstore.Store, func(id int64) intentstore.Row, int64) {
+// newStore is a Store on a database of the test's own.
+func newStore(t *testing.T) (*pgxpool.Pool, *intentstore.Store) {
 	t.Helper()
-	ctx := context.Background()
 	pool, _ := pgtest.NewDB(t)
 	store, err := intentstore.New(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pool, store
+}
+
+func setup(t *testing.T) (*intentstore.Store, func(id int64) intentstore.Row, int64) {
+	t.Helper()
+	ctx := context.Background()
+	pool, store := newStore(t)
 	var ib intentstore.InsertBatch
 	ib.Add(intentstore.NewIntent{Key: "orders:m1", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test"})
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &ib) }); err != nil {

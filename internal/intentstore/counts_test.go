@@ -59,11 +59,7 @@ SELECT
 func TestFinishedCountsStayExactUnderConcurrentTransitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.NewDB(t)
-	store, err := intentstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store := newStore(t)
 	const n = 240
 	ids := insertIntents(t, pool, store, "race", n)
 
@@ -226,11 +222,7 @@ func TestFinishedCountsStayExactUnderConcurrentTransitions(t *testing.T) {
 func TestRecountRebuildsCounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.NewDB(t)
-	store, err := intentstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store := newStore(t)
 	ids := insertIntents(t, pool, store, "raw", 9)
 	if _, err := pool.Exec(ctx, `UPDATE outbox_intents SET state = 'failed', finished_at = now() WHERE id = ANY($1)`, ids[:5]); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
-	"github.com/outboxkit/outbox/internal/pgtest"
 )
 
 // Waiting intents have no job and are not stranded; a settlement decides
@@ -20,11 +19,7 @@ import (
 func TestSettlementReleasesAndCancelsWhatWaits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.NewDB(t)
-	store, err := intentstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store := newStore(t)
 	var ib intentstore.InsertBatch
 	add := func(key string, o *intentstore.Order) {
 		ib.Add(intentstore.NewIntent{Key: key, Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test", Order: o})
@@ -150,11 +145,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func TestPruneOrderingKeysForgetsOnlyIdleKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.NewDB(t)
-	store, err := intentstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store := newStore(t)
 	seq := 0
 	record := func(keys ...string) []int64 {
 		t.Helper()

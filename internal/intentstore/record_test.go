@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/internal/intentstore"
-	"github.com/outboxkit/outbox/internal/pgtest"
 )
 
 // A batch statement gives back each intent's id in the order the intents
@@ -17,11 +16,7 @@ import (
 func TestInsertTxReturnsEachIntentsIDInTheOrderAdded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.NewDB(t)
-	store, err := intentstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store := newStore(t)
 	var ib intentstore.InsertBatch
 	ib.Grow(2)
 	keys := []string{"zeta:m9", "alpha:m1", "mid:m5", "alpha:m0"}

@@ -29,6 +29,9 @@ type OrderAfter struct {
 // orderItem is one element of outbox_order_record's items.
 type orderItem struct {
 	Key string `json:"key"`
+	// Actor is who recorded it, for its "recorded" event, which the
+	// function writes.
+	Actor string `json:"actor"`
 	Order
 }
 
@@ -38,16 +41,18 @@ type orderBatch struct {
 	items []orderItem
 }
 
-func (ob *orderBatch) add(key string, o *Order) {
+// add records key's order, if it has one, and reports whether it has.
+func (ob *orderBatch) add(key, actor string, o *Order) bool {
 	if o == nil || (len(o.After) == 0 && o.OrderingKey == "") {
-		return
+		return false
 	}
 	for i := range o.After {
 		if o.After[i].Fill == nil {
 			o.After[i].Fill = map[string]string{}
 		}
 	}
-	ob.items = append(ob.items, orderItem{Key: key, Order: *o})
+	ob.items = append(ob.items, orderItem{Key: key, Actor: actor, Order: *o})
+	return true
 }
 
 // queueRecordOrder adds to b, after the statement that inserts ib's
@@ -62,7 +67,7 @@ func (s *Store) queueRecordOrder(b *pgx.Batch, ib *InsertBatch) {
 		// Strings and maps of strings always marshal.
 		panic(fmt.Sprintf("intentstore: encode order: %v", err))
 	}
-	b.Queue(recordOrderSQL, pgx.NamedArgs{"items": string(items), "job_kind": s.job.kind})
+	b.Queue(recordOrderSQL, s.jobArgs(pgx.NamedArgs{"items": string(items)}))
 	// An intent that comes after one already failed or cancelled is
 	// recorded cancelled: counted as finished in this transaction.
 	keys := make([]string, 0, len(ib.order.items))
@@ -158,12 +163,19 @@ func KnownKeys(ctx context.Context, tx pgx.Tx, keys []string) (map[string]bool, 
 }
 
 // The statements of ordering. The procedural parts (a chain of
-// cancellations, a key's next turn) are the functions of migration 006,
+// cancellations, a key's next turn) are the functions of migrations 006 and 008,
 // which only this package calls.
 
 // recordOrderSQL applies the order of intents inserted earlier in the same
-// transaction: see outbox_order_record in migrations/006_ordering.up.sql.
-const recordOrderSQL = `SELECT outbox_order_record(@items::jsonb, @job_kind::text)`
+// transaction (without their events and jobs: see insertIntentsSQL), and
+// inserts the dispatch jobs of those that go at once: see
+// outbox_order_record in migrations/008_order_record.up.sql.
+const recordOrderSQL = `
+WITH inserted AS (
+    SELECT t.id FROM outbox_order_record(@items::jsonb) AS t(id)
+),
+` + insertJobsCTE + `
+SELECT count(*) FROM inserted`
 
 // orderSettledSQL releases (to pending, with a dispatch job inserted here,
 // as insertIntentsSQL inserts it) or cancels the intents waiting for @id,

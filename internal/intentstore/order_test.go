@@ -222,3 +222,44 @@ func TestPruneOrderingKeysForgetsOnlyIdleKeys(t *testing.T) {
 		t.Fatalf("keys = %v, want [busy idle]", got)
 	}
 }
+
+// An ordered intent is written once: one "recorded" event saying how it
+// was recorded, and a dispatch job only if it goes at once (never a job
+// inserted and deleted again for one that waits).
+func TestOrderedIntentsGetOneEventAndAJobOnlyWhenTheyGo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := newStore(t)
+	var ib intentstore.InsertBatch
+	add := func(key string, o *intentstore.Order) {
+		ib.Add(intentstore.NewIntent{Key: key, Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "consumer:shop", Order: o})
+	}
+	add("plain", nil)
+	add("k1", &intentstore.Order{OrderingKey: "K"})
+	add("k2", &intentstore.Order{OrderingKey: "K"})
+	add("after-plain", &intentstore.Order{After: []intentstore.OrderAfter{{Key: "plain"}}})
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &ib) }); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"plain":       "pending recorded consumer:shop jobs=1",
+		"k1":          "pending recorded consumer:shop jobs=1",
+		"k2":          "waiting recorded; waits for the earlier intents of ordering key K to finish consumer:shop jobs=0",
+		"after-plain": "waiting recorded; waits for intent " + strconv.FormatInt(ib.IDs[0], 10) + " (plain) to succeed consumer:shop jobs=0",
+	}
+	for i, key := range []string{"plain", "k1", "k2", "after-plain"} {
+		var got string
+		var events int
+		if err := pool.QueryRow(ctx, `
+			SELECT i.state || ' ' || e.reason || ' ' || e.actor || ' jobs=' ||
+				(SELECT count(*) FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id)),
+				(SELECT count(*) FROM outbox_events WHERE intent_id = i.id)
+			FROM outbox_intents i JOIN outbox_events e ON e.intent_id = i.id
+			WHERE i.id = $1 ORDER BY e.id DESC LIMIT 1`, ib.IDs[i]).Scan(&got, &events); err != nil {
+			t.Fatal(err)
+		}
+		if got != want[key] || events != 1 {
+			t.Errorf("%s: %q with %d events, want %q with one", key, got, events, want[key])
+		}
+	}
+}

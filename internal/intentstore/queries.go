@@ -55,34 +55,44 @@ WITH input AS (
     SELECT *
     FROM unnest(@keys::text[], @kinds::text[], @providers::text[], @names::text[], @payloads::jsonb[],
                 @references::text[], @consumers::text[], @message_ids::text[], @actors::text[],
-                @trace_parents::text[], @trace_states::text[])
+                @trace_parents::text[], @trace_states::text[], @ordered::boolean[])
         AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, actor,
-             trace_parent, trace_state)
+             trace_parent, trace_state, ordered)
 ),
-inserted AS (
+stored AS (
     INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
                                 trace_parent, trace_state)
     SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state
     FROM input
     RETURNING id, idempotency_key
 ),
+inserted AS (
+    -- The ordered intents get their event and job from
+    -- outbox_order_record (recordOrderSQL), once it has decided them.
+    SELECT stored.id, input.actor
+    FROM stored
+    JOIN input USING (idempotency_key)
+    WHERE NOT input.ordered
+),
 events AS (
     INSERT INTO outbox_events (intent_id, actor, to_state, reason)
-    SELECT inserted.id, input.actor, 'pending', 'recorded'
+    SELECT id, actor, 'pending', 'recorded'
     FROM inserted
-    JOIN input USING (idempotency_key)
 ),
 ` + insertJobsCTE + `
-SELECT id, idempotency_key FROM inserted ORDER BY id`
+SELECT id, idempotency_key FROM stored ORDER BY id`
 
 // insertIntentSQL is insertIntentsSQL for the common case of one intent,
 // with plain parameters instead of arrays: less work for both sides.
 const insertIntentSQL = `
-WITH inserted AS (
+WITH stored AS (
     INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
                                 trace_parent, trace_state)
     VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id, @trace_parent, @trace_state)
     RETURNING id
+),
+inserted AS (
+    SELECT id FROM stored WHERE NOT @ordered::boolean
 ),
 events AS (
     INSERT INTO outbox_events (intent_id, actor, to_state, reason)
@@ -90,10 +100,11 @@ events AS (
     FROM inserted
 ),
 ` + insertJobsCTE + `
-SELECT id FROM inserted`
+SELECT id FROM stored`
 
 // insertJobsCTE inserts a River dispatch job for every row of the CTE
-// "inserted" (column id); see insertIntentsSQL.
+// "inserted" (column id): the intents to dispatch now; see
+// insertIntentsSQL.
 const insertJobsCTE = `jobs AS (
     INSERT INTO river_job (args, kind, queue, priority, max_attempts, state, metadata, tags, unique_key, unique_states)
     SELECT jsonb_build_object('intent_id', id), @job_kind::text, @job_queue::text, @job_priority::smallint, @job_max_attempts::smallint,

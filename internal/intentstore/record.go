@@ -42,6 +42,7 @@ type InsertBatch struct {
 	refs, consumers, messageIDs                     []*string
 	traceParents, traceStates                       []*string
 	order                                           orderBatch
+	ordered                                         []bool // its event and job are outbox_order_record's to write
 	IDs                                             []int64
 }
 
@@ -72,7 +73,7 @@ func (ib *InsertBatch) Add(in NewIntent) {
 	ib.messageIDs = append(ib.messageIDs, nullString(in.MessageID))
 	ib.traceParents = append(ib.traceParents, nullString(in.TraceParent))
 	ib.traceStates = append(ib.traceStates, nullString(in.TraceState))
-	ib.order.add(in.Key, in.Order)
+	ib.ordered = append(ib.ordered, ib.order.add(in.Key, in.Actor, in.Order))
 }
 
 // InsertMarker inserts a processed marker in tx and reports whether it is
@@ -140,14 +141,14 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
 			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
 			"message_id": ib.messageIDs[0], "actor": ib.actors[0],
-			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0],
+			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0], "ordered": ib.ordered[0],
 		})).Query(collect)
 	} else {
 		insertIntentsQ.queue(b, s.jobArgs(pgx.NamedArgs{
 			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
 			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
 			"message_ids": ib.messageIDs, "actors": ib.actors,
-			"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
+			"trace_parents": ib.traceParents, "trace_states": ib.traceStates, "ordered": ib.ordered,
 		})).Query(ib.collectIDs)
 	}
 	s.queueRecordOrder(b, ib)

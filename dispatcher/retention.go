@@ -74,9 +74,10 @@ func (d *Dispatcher) retentionJob() *river.PeriodicJob {
 // than Config.DedupWindow, then terminal intents (succeeded, failed,
 // cancelled) that finished more than Config.AuditRetention ago, with their
 // attempts and events, then ordering keys no unfinished intent holds.
-// Pending, dispatching and in_doubt intents are never deleted, however old. Each statement deletes at most Config.RetentionBatch
-// rows in its own transaction and is repeated until one comes back short;
-// ages are measured on the database's clock. The leader runs a pass every
+// Pending, dispatching and in_doubt intents are never deleted, however
+// old. Each statement deletes at most Config.RetentionBatch rows in its
+// own transaction and is repeated until one comes back short; ages are
+// measured on the database's clock. The leader runs a pass every
 // Config.RetentionInterval; calling PruneOnce directly as well is safe
 // (concurrent passes skip each other's rows). On error the counts say what
 // was deleted before it.

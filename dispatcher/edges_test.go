@@ -107,19 +107,15 @@ func (c cutsConnections) Perform(ctx context.Context, req providers.Request) (pr
 	return res, err
 }
 
-// A known outcome is never discarded (DESIGN.md, invariant 7): SendGrid
-// accepted the email, then the database connection the settlement would
-// use died. The settlement is sent again; the intent is succeeded with the
-// message id, not held in_doubt, and the email went once.
-func TestSettlementSurvivesALostConnection(t *testing.T) {
-	t.Parallel()
-	b := setup(t, options{})
+// startCuttingConnections starts a dispatcher calling the SendGrid double
+// through cutsConnections, on a pool of its own, named, so that only its
+// connections are cut once a call is answered.
+func (b *testBundle) startCuttingConnections(t *testing.T) {
+	t.Helper()
 	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: b.sendgrid.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The dispatcher gets a pool of its own, named, so that only its
-	// connections are cut.
 	pcfg := b.pool.Config().Copy()
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "dispatcher-under-test"
 	dpool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
@@ -136,6 +132,16 @@ func TestSettlementSurvivesALostConnection(t *testing.T) {
 	cfg.Providers = reg
 	b.startOn(t, dpool, cfg)
 	cuts.armed.Store(true)
+}
+
+// A known outcome is never discarded (DESIGN.md, invariant 7): SendGrid
+// accepted the email, then the database connection the settlement would
+// use died. The settlement is sent again; the intent is succeeded with the
+// message id, not held in_doubt, and the email went once.
+func TestSettlementSurvivesALostConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.startCuttingConnections(t)
 	id := b.record(t, sendgridprovider.KindEmail, emailPayload)
 
 	s := b.waitSettled(t, id)
@@ -153,26 +159,7 @@ func TestSettlementSurvivesALostConnection(t *testing.T) {
 func TestGroupedSettlementsSurviveLostConnections(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: b.sendgrid.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg := b.pool.Config().Copy()
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "dispatcher-under-test"
-	dpool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dpool.Close)
-	cuts := cutsConnections{Provider: gp, pool: b.pool, armed: &atomic.Bool{}}
-	reg, err := providers.NewRegistry(cuts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := b.config()
-	cfg.Providers = reg
-	b.startOn(t, dpool, cfg)
-	cuts.armed.Store(true)
+	b.startCuttingConnections(t)
 	const n = 20
 	ids := make([]int64, n)
 	for i := range ids {

@@ -245,10 +245,12 @@ func (f *inFlight) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 }
 
-func TestOrderingKeyPerformsOneAtATimeInRecordedOrder(t *testing.T) {
-	t.Parallel()
-	b := setup(t, options{})
-	slow := &inFlight{delay: 20 * time.Millisecond, handler: b.stripe.Handler()}
+// slowStripe puts inFlight, delaying each PaymentIntent create by delay,
+// in front of the Stripe double, and returns it with a registry whose
+// Stripe adapter calls through it and a recorder using that registry.
+func (b *testBundle) slowStripe(t *testing.T, delay time.Duration) (*inFlight, *providers.Registry, *intents.Client) {
+	t.Helper()
+	slow := &inFlight{delay: delay, handler: b.stripe.Handler()}
 	srv := httptest.NewServer(slow)
 	t.Cleanup(srv.Close)
 	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: srv.URL})
@@ -263,6 +265,13 @@ func TestOrderingKeyPerformsOneAtATimeInRecordedOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return slow, reg, rec
+}
+
+func TestOrderingKeyPerformsOneAtATimeInRecordedOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	slow, reg, rec := b.slowStripe(t, 20*time.Millisecond)
 	const n = 12
 	var ids []int64
 	for i := range n {
@@ -350,21 +359,7 @@ func (b *testBundle) eventReasons(t *testing.T, id int64) []string {
 func TestOrderingKeyHoldsWhileRecordersAndDispatcherRace(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	slow := &inFlight{delay: 5 * time.Millisecond, handler: b.stripe.Handler()}
-	srv := httptest.NewServer(slow)
-	t.Cleanup(srv.Close)
-	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := providers.NewRegistry(sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := intents.NewClient(b.pool, &intents.Config{Providers: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	slow, reg, rec := b.slowStripe(t, 5*time.Millisecond)
 	cfg := b.config()
 	cfg.Providers = reg
 	cfg.MaxWorkers = 10
@@ -420,21 +415,7 @@ func TestOrderingKeyHoldsWhileRecordersAndDispatcherRace(t *testing.T) {
 func TestRefundsRecordedWhileTheirChargeSettles(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	slow := &inFlight{delay: 30 * time.Millisecond, handler: b.stripe.Handler()}
-	srv := httptest.NewServer(slow)
-	t.Cleanup(srv.Close)
-	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := providers.NewRegistry(sp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := intents.NewClient(b.pool, &intents.Config{Providers: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, reg, rec := b.slowStripe(t, 30*time.Millisecond)
 	res, err := rec.Consume(context.Background(), intents.Message{Consumer: "shop", ID: "charge"},
 		func(ctx context.Context, tx pgx.Tx, r *intents.Recorder) error {
 			return r.Record(intents.Intent{Kind: stripeprovider.KindPaymentIntent, Payload: json.RawMessage(paymentPayload)})

@@ -11,21 +11,26 @@ import (
 	"github.com/outboxkit/outbox/internal/pgtest"
 )
 
+// smokeRun runs cfg's scenarios with SmokeSizes on the test server and
+// returns the report and the progress it printed; it fails the test if
+// Run does.
+func smokeRun(t *testing.T, cfg bench.Config) (*bench.Report, string) {
+	t.Helper()
+	sizes := bench.SmokeSizes()
+	var progress bytes.Buffer
+	cfg.ServerURL, cfg.Sizes, cfg.Progress = pgtest.ServerURL(), &sizes, &progress
+	report, err := bench.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	return report, progress.String()
+}
+
 // Every scenario but memory (which needs an outboxd executable) runs end to
 // end with tiny sizes and yields rows with both figures measured.
 func TestSmokeRunMeasuresEveryRow(t *testing.T) {
 	t.Parallel()
-	sizes := bench.SmokeSizes()
-	var progress bytes.Buffer
-	report, err := bench.Run(context.Background(), bench.Config{
-		ServerURL: pgtest.ServerURL(),
-		Sizes:     &sizes,
-		Only:      []string{"consume", "batch", "dispatch", "latency", "slow"},
-		Progress:  &progress,
-	})
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, progress.String())
-	}
+	report, _ := smokeRun(t, bench.Config{Only: []string{"consume", "batch", "dispatch", "latency", "slow"}})
 	// Latency has two rows at half the sustainable rate (which it measures
 	// first, e2e not running) and two at the fixed rate.
 	if len(report.Rows) != 11 {
@@ -110,20 +115,10 @@ func TestReadStatusOfThisProcess(t *testing.T) {
 // latencies, and each row says what it was measured against.
 func TestSmokeE2ECoversEveryPeer(t *testing.T) {
 	t.Parallel()
-	sizes := bench.SmokeSizes()
-	var progress bytes.Buffer
-	report, err := bench.Run(context.Background(), bench.Config{
-		ServerURL: pgtest.ServerURL(),
-		Sizes:     &sizes,
-		Only:      []string{"e2e"},
-		Progress:  &progress,
-	})
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, progress.String())
-	}
+	report, progress := smokeRun(t, bench.Config{Only: []string{"e2e"}})
 	want := 2 * (1 + len(bench.Peers()))
 	if len(report.Rows) != want {
-		t.Fatalf("%d rows, want %d:\n%+v\n%s", len(report.Rows), want, report.Rows, progress.String())
+		t.Fatalf("%d rows, want %d:\n%+v\n%s", len(report.Rows), want, report.Rows, progress)
 	}
 	for _, row := range report.Rows {
 		if row.BaselineFigure <= 0 && strings.Contains(row.Measure, "this module") || row.Target == "" || row.Note == "" {
@@ -145,17 +140,7 @@ func TestSmokeE2ECoversEveryPeer(t *testing.T) {
 // stats exact on the filled one.
 func TestSmokeRetainedMeasuresEveryRow(t *testing.T) {
 	t.Parallel()
-	sizes := bench.SmokeSizes()
-	var progress bytes.Buffer
-	report, err := bench.Run(context.Background(), bench.Config{
-		ServerURL: pgtest.ServerURL(),
-		Sizes:     &sizes,
-		Only:      []string{"retained"},
-		Progress:  &progress,
-	})
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, progress.String())
-	}
+	report, _ := smokeRun(t, bench.Config{Only: []string{"retained"}})
 	if len(report.Rows) != 14 {
 		t.Fatalf("%d rows, want 14 (consume, dispatch, HOT share, 11 reads)", len(report.Rows))
 	}

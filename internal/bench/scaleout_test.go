@@ -1,7 +1,6 @@
 package bench_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"strings"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/outboxkit/outbox/internal/bench"
 	"github.com/outboxkit/outbox/internal/cli"
-	"github.com/outboxkit/outbox/internal/pgtest"
 )
 
 // asOutboxd makes this test binary, run again with it set, be outboxd:
@@ -33,20 +31,9 @@ func TestSmokeScaleOutRunsRealProcesses(t *testing.T) {
 	if err != nil {
 		t.Skipf("no path to this executable: %v", err)
 	}
-	sizes := bench.SmokeSizes()
-	var progress bytes.Buffer
-	report, err := bench.Run(context.Background(), bench.Config{
-		ServerURL: pgtest.ServerURL(),
-		Sizes:     &sizes,
-		Only:      []string{"scaleout"},
-		Outboxd:   self,
-		Progress:  &progress,
-	})
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, progress.String())
-	}
+	report, progress := smokeRun(t, bench.Config{Only: []string{"scaleout"}, Outboxd: self})
 	if len(report.Rows) != 5 {
-		t.Fatalf("%d rows, want 5 (1, 2 and 4 processes, Postgres' share, commits per intent):\n%+v\n%s", len(report.Rows), report.Rows, progress.String())
+		t.Fatalf("%d rows, want 5 (1, 2 and 4 processes, Postgres' share, commits per intent):\n%+v\n%s", len(report.Rows), report.Rows, progress)
 	}
 	for i, want := range []string{"1 outboxd run process × 8 workers", "2 outboxd run processes × 4 workers", "4 outboxd run processes × 2 workers", "Postgres' share", "transactions per intent"} {
 		row := report.Rows[i]
@@ -64,7 +51,7 @@ func TestSmokeScaleOutRunsRealProcesses(t *testing.T) {
 	if commits := report.Rows[4].Figure; commits < 2 {
 		t.Errorf("%.1f transactions per intent: record, claim and settle are three", commits)
 	}
-	if !strings.Contains(progress.String(), "4 outboxd run processes") {
-		t.Errorf("progress does not show the 4-process climb:\n%s", progress.String())
+	if !strings.Contains(progress, "4 outboxd run processes") {
+		t.Errorf("progress does not show the 4-process climb:\n%s", progress)
 	}
 }

@@ -155,29 +155,16 @@ func queueLoadClaim(b *pgx.Batch, req loadClaimReq) *loadClaimResult {
 		"providers": a.providers, "max_key_lengths": a.providerKeyLimit,
 	}).QueryRow(func(row pgx.Row) error {
 		var (
-			r                                 Row
-			claimedAttempt, attempt           *int
-			firstUsed, lastAttempt, claimUsed *time.Time
-			key, ns                           *string
+			attempt   *int
+			claimUsed *time.Time
+			key, ns   *string
 		)
-		err := row.Scan(&r.ID, &r.Key, &r.Kind, &r.Provider, &r.Payload, &r.State, &r.AttemptCount, &r.BudgetFrom,
-			&r.MayHaveActed, &claimedAttempt, &r.ProviderKey, &r.Namespace, &r.KeyGeneration, &firstUsed, &r.RecheckCount, &r.CreatedAt,
-			&r.TraceParent, &r.TraceState, &lastAttempt,
-			&attempt, &key, &ns, &claimUsed)
+		r, err := scanRowWith(row, &attempt, &key, &ns, &claimUsed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
-		}
-		if claimedAttempt != nil {
-			r.ClaimedAttempt = *claimedAttempt
-		}
-		if firstUsed != nil {
-			r.KeyFirstUsedAt = *firstUsed
-		}
-		if lastAttempt != nil {
-			r.LastAttemptAt = *lastAttempt
 		}
 		res.found, res.out.Row = true, r
 		if attempt != nil {

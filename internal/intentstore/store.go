@@ -121,12 +121,18 @@ type Row struct {
 func (r *Row) AttemptsUsed() int { return r.AttemptCount - r.BudgetFrom }
 
 func scanRow(row pgx.CollectableRow) (Row, error) {
+	return scanRowWith(row)
+}
+
+// scanRowWith reads intentColumns into a Row, then the columns a statement
+// selects after them into more.
+func scanRowWith(row pgx.Row, more ...any) (Row, error) {
 	var r Row
 	var claimed *int
 	var firstUsed, lastAttempt *time.Time
-	err := row.Scan(&r.ID, &r.Key, &r.Kind, &r.Provider, &r.Payload, &r.State, &r.AttemptCount, &r.BudgetFrom,
+	err := row.Scan(append([]any{&r.ID, &r.Key, &r.Kind, &r.Provider, &r.Payload, &r.State, &r.AttemptCount, &r.BudgetFrom,
 		&r.MayHaveActed, &claimed, &r.ProviderKey, &r.Namespace, &r.KeyGeneration, &firstUsed, &r.RecheckCount, &r.CreatedAt,
-		&r.TraceParent, &r.TraceState, &lastAttempt)
+		&r.TraceParent, &r.TraceState, &lastAttempt}, more...)...)
 	if lastAttempt != nil {
 		r.LastAttemptAt = *lastAttempt
 	}

@@ -86,6 +86,9 @@ func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config, i, maxWorkers in
 	if err := river.AddWorkerSafely(workers, &retentionWorker{d: d}); err != nil {
 		return nil, err
 	}
+	if err := river.AddWorkerSafely(workers, &activityRollUpWorker{d: d}); err != nil {
+		return nil, err
+	}
 	if err := river.AddWorkerSafely(workers, &recheckWorker{d: d}); err != nil {
 		return nil, err
 	}
@@ -111,6 +114,7 @@ func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config, i, maxWorkers in
 				func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),
 			d.retentionJob(),
+			d.activityRollUpJob(),
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.RecheckInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return recheckArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),

@@ -24,6 +24,10 @@ type Pruned struct {
 	// holds were forgotten (see intents.Intent.OrderingKey); a key used
 	// again starts afresh, in recorded order as before.
 	OrderingKeys int64
+	// ActivityMinutes is how many minutes of the activity chart's roll-up
+	// older than Config.AuditRetention were deleted (see audit's
+	// Store.Activity).
+	ActivityMinutes int64
 }
 
 type retentionArgs struct{}
@@ -49,8 +53,9 @@ func (w *retentionWorker) Timeout(*river.Job[retentionArgs]) time.Duration {
 
 func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[retentionArgs]) error {
 	pruned, err := w.d.PruneOnce(ctx)
-	if pruned.Markers > 0 || pruned.Intents > 0 || pruned.OrderingKeys > 0 || err != nil {
+	if pruned.Markers > 0 || pruned.Intents > 0 || pruned.OrderingKeys > 0 || pruned.ActivityMinutes > 0 || err != nil {
 		attrs := []any{"markers", pruned.Markers, "intents", pruned.Intents, "ordering_keys", pruned.OrderingKeys,
+			"activity_minutes", pruned.ActivityMinutes,
 			"dedup_window", w.d.config.DedupWindow, "audit_retention", w.d.config.AuditRetention}
 		if err != nil {
 			w.d.config.Logger.WarnContext(ctx, "retention pass stopped early; the next one goes on", append(attrs, "error", err)...)
@@ -73,7 +78,8 @@ func (d *Dispatcher) retentionJob() *river.PeriodicJob {
 // PruneOnce runs one retention pass now: it deletes processed markers older
 // than Config.DedupWindow, then terminal intents (succeeded, failed,
 // cancelled) that finished more than Config.AuditRetention ago, with their
-// attempts and events, then ordering keys no unfinished intent holds.
+// attempts and events, then ordering keys no unfinished intent holds, then
+// the activity chart's minutes older than Config.AuditRetention.
 // Pending, dispatching and in_doubt intents are never deleted, however
 // old. Each statement deletes at most Config.RetentionBatch rows in its
 // own transaction and is repeated until one comes back short; ages are
@@ -97,6 +103,10 @@ func (d *Dispatcher) PruneOnce(ctx context.Context) (Pruned, error) {
 	}, 0)
 	if err != nil {
 		return p, fmt.Errorf("dispatcher: prune idle ordering keys: %w", err)
+	}
+	p.ActivityMinutes, err = d.pruneBatches(ctx, d.store.PruneActivity, d.config.AuditRetention)
+	if err != nil {
+		return p, fmt.Errorf("dispatcher: prune the activity roll-up: %w", err)
 	}
 	return p, nil
 }

@@ -113,12 +113,18 @@ func TestPruneOnceDeletesExactlyWhatIsPastEachWindow(t *testing.T) {
 			"fresh-1": time.Hour, "fresh-2": 2*time.Hour - time.Minute, "fresh-3": 0,
 		},
 		intents)
+	// The activity chart's minutes: two past the audit retention.
+	if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_activity_minutes (minute, recorded, succeeded, finished)
+		SELECT date_trunc('minute', now() - ago), 1, 1, 1
+		FROM unnest(ARRAY[interval '49 hours', interval '3 days', interval '47 hours', interval '1 hour']) AS ago`); err != nil {
+		t.Fatal(err)
+	}
 
 	pruned, err := d.PruneOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (dispatcher.Pruned{Markers: 5, Intents: 3}); pruned != want {
+	if want := (dispatcher.Pruned{Markers: 5, Intents: 3, ActivityMinutes: 2}); pruned != want {
 		t.Errorf("PruneOnce = %+v, want %+v", pruned, want)
 	}
 	if got, want := b.strings(t, `SELECT message_id FROM outbox_processed_messages WHERE consumer = 'retention'`), []string{"fresh-1", "fresh-2", "fresh-3"}; !slices.Equal(got, want) {

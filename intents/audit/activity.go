@@ -40,11 +40,18 @@ type Activity struct {
 
 // Activity counts, per bucket of the given length from since to since +
 // buckets*bucket, the intents recorded, succeeded and now in_doubt, and
-// the backlog, with one aggregate query bounded by since. Times after the
-// window (clock skew between this process and the database) count in the
-// last bucket. A bucket shorter than a second, or a number of buckets
-// outside 1..MaxActivityBuckets, is a *FieldError wrapping
-// ErrInvalidInput.
+// the backlog. Times after the window (clock skew between this process and
+// the database) count in the last bucket. A bucket shorter than a second,
+// or a number of buckets outside 1..MaxActivityBuckets, is a *FieldError
+// wrapping ErrInvalidInput.
+//
+// Its cost does not grow with what finished in the window when since falls
+// on a minute and bucket is whole minutes, as the dashboard's chart does:
+// it first rolls up what finished since the last roll-up (at most
+// intentstore.DefaultActivityRollUpLimit intents; the dispatcher's leader
+// does it every minute too), then reads one row a minute for the intents
+// finished in the rolled-up range, and the rest live. Any other window
+// reads every intent finished in it.
 func (s *Store) Activity(ctx context.Context, since time.Time, bucket time.Duration, buckets int) (Activity, error) {
 	if bucket < time.Second {
 		return Activity{}, inputError("bucket", "must be at least one second, got %s", bucket)
@@ -52,39 +59,62 @@ func (s *Store) Activity(ctx context.Context, since time.Time, bucket time.Durat
 	if buckets < 1 || buckets > MaxActivityBuckets {
 		return Activity{}, inputError("buckets", "must be between 1 and %d, got %d", MaxActivityBuckets, buckets)
 	}
+	byMinute := bucket%time.Minute == 0 && since.Equal(since.Truncate(time.Minute))
+	if byMinute {
+		if _, err := s.store.RollUpActivity(ctx, 0); err != nil {
+			return Activity{}, fmt.Errorf("audit: activity: %w", err)
+		}
+	}
+	return s.activity(ctx, since, bucket, buckets, byMinute)
+}
+
+// activity is Activity's read, from the roll-up or, without byMinute, from
+// the intents alone. Each row counts intents created in one bucket (or
+// before the window, or unknown) and ended in one (finished, or last
+// changed for an in_doubt one; none while waiting, or unknown). The backlog
+// at the end of bucket i is what waits now, plus what ended after i, less
+// what was created after i, "after" including past the window's end.
+func (s *Store) activity(ctx context.Context, since time.Time, bucket time.Duration, buckets int, byMinute bool) (Activity, error) {
 	a := Activity{Since: since, Bucket: bucket, Recorded: make([]int, buckets), Succeeded: make([]int, buckets),
 		InDoubt: make([]int, buckets), Backlog: make([]int, buckets)}
-	rows, err := s.pool.Query(ctx, activitySQL, since, bucket.Seconds(), waitingStates())
+	rows, err := s.pool.Query(ctx, activitySQL, since, bucket.Seconds(), waitingStates(), byMinute)
 	if err != nil {
 		return Activity{}, fmt.Errorf("audit: activity: %w", err)
 	}
-	clamp := func(i int) int { return min(max(i, 0), buckets-1) }
+	// Index buckets is past the window's end.
+	created, ended := make([]int, buckets+1), make([]int, buckets+1)
+	past := func(i int) int { return min(max(i, 0), buckets) }
+	last := func(i int) int { return min(max(i, 0), buckets-1) }
+	var rolledUp bool
 	var state intenttype.State
-	var created, n int
-	var ended *int
-	_, err = pgx.ForEachRow(rows, []any{&state, &created, &ended, &n}, func() error {
-		if created >= 0 {
-			a.Recorded[clamp(created)] += n
+	var createdIn, endedIn *int
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&rolledUp, &state, &createdIn, &endedIn, &n}, func() error {
+		if createdIn != nil && *createdIn >= 0 {
+			created[past(*createdIn)] += n
+			a.Recorded[last(*createdIn)] += n
 		}
-		last := buckets - 1 // the last bucket it was waiting at the end of
-		if ended != nil {
+		switch {
+		case endedIn != nil:
+			ended[past(*endedIn)] += n
 			switch state {
 			case intenttype.StateSucceeded:
-				a.Succeeded[clamp(*ended)] += n
+				a.Succeeded[last(*endedIn)] += n
 			case intenttype.StateInDoubt:
-				a.InDoubt[clamp(*ended)] += n
+				a.InDoubt[last(*endedIn)] += n
 			}
-			last = min(*ended, buckets) - 1
-		} else {
+		case !rolledUp:
 			a.BacklogNow += n
-		}
-		for i := max(created, 0); i <= last; i++ {
-			a.Backlog[i] += n
 		}
 		return nil
 	})
 	if err != nil {
 		return Activity{}, fmt.Errorf("audit: activity: %w", err)
+	}
+	backlog := a.BacklogNow
+	for i := buckets - 1; i >= 0; i-- {
+		backlog += ended[i+1] - created[i+1]
+		a.Backlog[i] = max(backlog, 0)
 	}
 	return a, nil
 }

@@ -40,8 +40,9 @@ func queueCount(b *pgx.Batch, ids []int64) {
 // Recount rebuilds the finished counts from the intents themselves. The
 // counts are kept exact by every write of this package; Recount is for a
 // database whose intents were written another way (a restore of part of
-// the table, a bulk load). It locks outbox_intents against writes while it
-// scans the whole table.
+// the table, a bulk load). It also starts the activity roll-up afresh
+// (RollUpActivity), so the activity chart reads those intents live. It
+// locks outbox_intents against writes while it scans the whole table.
 func (s *Store) Recount(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, q := range recountSQL {

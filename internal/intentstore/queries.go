@@ -1,7 +1,7 @@
 package intentstore
 
 // Every statement on the outbox's tables that changes them, and on the River
-// rows they touch, in one place. Tables are created by migrations/001 to 007.
+// rows they touch, in one place. Tables are created by migrations/001 to 009.
 // Parameters are named (pgx.NamedArgs); the statements run for every intent
 // are rewritten into positional form once (named.go).
 
@@ -458,8 +458,9 @@ GROUP BY kind, state
 ORDER BY kind, state
 ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`
 
-// recountSQL rebuilds the finished counts from the intents themselves; the
-// caller holds a lock that keeps intents from finishing meanwhile.
+// recountSQL rebuilds the finished counts from the intents themselves, and
+// empties the activity roll-up; the caller holds a lock that keeps intents
+// from finishing meanwhile.
 var recountSQL = []string{
 	`LOCK TABLE outbox_intents IN SHARE MODE`,
 	`DELETE FROM outbox_intent_counts`,
@@ -468,7 +469,99 @@ SELECT kind, state, 0, count(*)
 FROM outbox_intents
 WHERE finished_at IS NOT NULL
 GROUP BY kind, state`,
+	// The activity roll-up starts afresh: the intents written another way
+	// may have finished inside its range, and are read live from now on.
+	`DELETE FROM outbox_activity_minutes`,
+	`UPDATE outbox_activity_rollup SET rolled_from = now(), rolled_until = now()`,
 }
+
+// activityHorizonSQL reads where the activity roll-up may go on from and
+// up to, and locks the roll-up's row (another roll-up running: no row).
+// The horizon is a time before which no transaction still running can
+// commit a finished intent: finished_at is its transaction's now(), so the
+// oldest transaction running in this database bounds it. A session of
+// another role whose start this one may not see (pg_stat_activity shows
+// it without a start unless this role has pg_read_all_stats) is assumed to
+// have started no more than a minute ago, and a prepared transaction a
+// minute before it was prepared. The rows finished before the horizon must
+// then be read by a later statement, whose snapshot is taken after this one
+// saw those transactions gone.
+const activityHorizonSQL = `
+SELECT r.rolled_until, least(
+    now(),
+    (SELECT min(a.xact_start) FROM pg_stat_activity a
+     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'),
+    (SELECT now() - interval '1 minute' FROM pg_stat_activity a
+     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.backend_type IS NULL
+     LIMIT 1),
+    (SELECT min(p.prepared) - interval '1 minute' FROM pg_prepared_xacts p
+     WHERE p.database = current_database()))
+FROM outbox_activity_rollup r
+FOR UPDATE OF r SKIP LOCKED`
+
+// activityStepSQL returns where a roll-up of at most @limit intents from
+// @from may stop: the finished_at of the intent @limit places on, or,
+// when every one of those shares @from, the next finished_at after it (the
+// intents one transaction finished share its now(), and a range must end
+// between two times). NULL when fewer than @limit intents remain.
+const activityStepSQL = `
+WITH nth AS (
+    SELECT finished_at FROM outbox_intents
+    WHERE finished_at >= @from
+    ORDER BY finished_at
+    OFFSET @limit LIMIT 1
+)
+SELECT CASE WHEN n.finished_at > @from THEN n.finished_at
+    ELSE (SELECT min(finished_at) FROM outbox_intents WHERE finished_at > @from) END
+FROM nth n`
+
+// rollUpActivitySQL adds the intents finished in [@from, @until) to the
+// minutes of their creation (recorded) and of their end (succeeded,
+// finished), moves the rolled-up range's end to @until, and returns how
+// many intents it added. The caller holds the roll-up's row lock, and
+// @from is its rolled_until.
+var rollUpActivitySQL = `
+WITH finished AS (
+    SELECT created_at, finished_at, state FROM outbox_intents
+    WHERE finished_at >= @from AND finished_at < @until
+),
+counts (minute, recorded, succeeded, finished) AS (
+    SELECT ` + activityMinute("finished_at") + `, 0, count(*) FILTER (WHERE state = 'succeeded'), count(*)
+    FROM finished GROUP BY 1
+  UNION ALL
+    SELECT ` + activityMinute("created_at") + `, count(*), 0, 0
+    FROM finished GROUP BY 1
+),
+added AS (
+    INSERT INTO outbox_activity_minutes AS m (minute, recorded, succeeded, finished)
+    SELECT minute, sum(recorded), sum(succeeded), sum(finished)
+    FROM counts
+    GROUP BY minute
+    ORDER BY minute
+    ON CONFLICT (minute) DO UPDATE
+    SET recorded = m.recorded + excluded.recorded,
+        succeeded = m.succeeded + excluded.succeeded,
+        finished = m.finished + excluded.finished
+)
+UPDATE outbox_activity_rollup SET rolled_until = @until
+RETURNING (SELECT count(*) FROM finished)`
+
+// activityMinute is the minute the time column falls in, the same in every
+// session's time zone.
+func activityMinute(column string) string {
+	return `date_bin('1 minute', ` + column + `, timestamptz '2000-01-01 00:00:00+00')`
+}
+
+// pruneActivitySQL deletes up to @limit minutes of the activity roll-up
+// older than the audit retention, oldest first.
+const pruneActivitySQL = `
+DELETE FROM outbox_activity_minutes
+WHERE minute IN (
+    SELECT minute FROM outbox_activity_minutes
+    WHERE minute < now() - (@older_than_us::bigint * interval '1 microsecond')
+    ORDER BY minute
+    LIMIT @limit
+    FOR UPDATE SKIP LOCKED)`
 
 // lockForOperatorSQL takes the row lock an operator action holds until
 // commit, so concurrent actions and the dispatcher's claims and settlements

@@ -1,0 +1,2 @@
+DROP TABLE outbox_activity_rollup;
+DROP TABLE outbox_activity_minutes;

@@ -286,7 +286,7 @@ func (c *Client) runHandlers(ctx context.Context, tx pgx.Tx, msgs []Message, han
 		}
 		prepared, err := c.handle(mctx, tx, m, func(ctx context.Context, tx pgx.Tx, rec *Recorder) error {
 			return handler(ctx, tx, m, rec)
-		})
+		}, pi.holds)
 		if err != nil {
 			if span != nil {
 				endSpan(span, err)

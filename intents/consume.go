@@ -121,7 +121,7 @@ func (c *Client) consumeOnce(ctx context.Context, msg Message, handler Handler) 
 	var res Result
 	var pi pendingInsert
 	err := c.inTx(ctx, &msg, func(tx pgx.Tx, b *pgx.Batch) (bool, error) {
-		prepared, err := c.handle(ctx, tx, msg, handler)
+		prepared, err := c.handle(ctx, tx, msg, handler, nil)
 		if err != nil {
 			return false, err
 		}
@@ -255,13 +255,14 @@ func (c *Client) runConsumer(ctx context.Context, tx pgx.Tx, msg Message, handle
 	if !isNew {
 		return true, nil, nil
 	}
-	prepared, err = c.handle(ctx, tx, msg, handler)
+	prepared, err = c.handle(ctx, tx, msg, handler, nil)
 	return false, prepared, err
 }
 
 // handle runs handler for a new message and returns the intents it
-// recorded, with keys derived from msg.
-func (c *Client) handle(ctx context.Context, tx pgx.Tx, msg Message, handler Handler) ([]preparedIntent, error) {
+// recorded, with keys derived from msg. earlier is resolveOrder's: the
+// keys of intents recorded earlier in tx and not written yet, or nil.
+func (c *Client) handle(ctx context.Context, tx pgx.Tx, msg Message, handler Handler, earlier func(key string) bool) ([]preparedIntent, error) {
 	rec := &Recorder{client: c}
 	if err := runHandler(ctx, tx, rec, handler); err != nil {
 		return nil, err
@@ -275,7 +276,7 @@ func (c *Client) handle(ctx context.Context, tx pgx.Tx, msg Message, handler Han
 	if err := deriveKeys(msg, rec.pending); err != nil {
 		return nil, err
 	}
-	if err := resolveOrder(ctx, tx, rec.pending); err != nil {
+	if err := resolveOrder(ctx, tx, rec.pending, earlier); err != nil {
 		return nil, err
 	}
 	return rec.pending, nil

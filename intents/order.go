@@ -32,7 +32,8 @@ type After struct {
 	// a consumer, or passed to the same RecordTx.
 	Name string `json:"name,omitempty"`
 	// Key names an intent recorded before, in an earlier transaction or
-	// earlier in this one, by its idempotency key (Recorded.Key).
+	// earlier in this one (in a ConsumeBatch, by an earlier message of the
+	// batch), by its idempotency key (Recorded.Key).
 	Key string `json:"key,omitempty"`
 	// Fill maps a top-level payload field to the result of this intent that
 	// fills it when it succeeds. The only result is ResultProviderRef, the
@@ -175,7 +176,10 @@ func sortedKeys(m map[string]string) []string {
 // resolveOrder turns the After of the call's intents (keyed already) into
 // keys, refuses unknown names, references to itself and cycles, looks up
 // the keys of intents recorded before in tx, and sets each intent's order.
-func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent) error {
+// earlier, when not nil, reports the keys of intents recorded earlier in
+// tx but not written yet (the earlier messages of a ConsumeBatch): those
+// are known too, and written before the intents that come after them.
+func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent, earlier func(key string) bool) error {
 	ordered := false
 	for i := range prepared {
 		if len(prepared[i].after) > 0 || prepared[i].orderingKey != "" {
@@ -256,6 +260,9 @@ func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent) err
 		})
 		return fail(p, &OrderError{After: j, Ref: refOf(p.after[max(j, 0)]),
 			Reason: "the intents would wait for each other forever: " + strings.Join(names, " after "), Err: ErrOrderCycle})
+	}
+	if earlier != nil {
+		external = slices.DeleteFunc(external, earlier)
 	}
 	if len(external) > 0 {
 		known, err := intentstore.KnownKeys(ctx, tx, external)

@@ -226,6 +226,57 @@ func slicesEqual[T comparable](a, b []T) bool {
 	return true
 }
 
+// In a ConsumeBatch, an intent may come after, by key, one an earlier
+// message of the batch recorded, as it could after a Consume of that
+// message: it waits for it, and fills from it. A later message's key is
+// not known yet, as with Consume.
+func TestAfterKeyOfAnEarlierMessageInTheBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	byMessage := map[string][]intents.Intent{
+		"e1": {charge("charge")},
+		"e2": {refund(intents.After{Key: "shop:e1", Fill: fillPI})}, // e1 records one intent: its key is the message's
+	}
+	msgs := []intents.Message{{Consumer: "shop", ID: "e1"}, {Consumer: "shop", ID: "e2"}}
+	record := func(_ context.Context, _ pgx.Tx, m intents.Message, rec *intents.Recorder) error {
+		for _, in := range byMessage[m.ID] {
+			if err := rec.Record(in); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	res, err := b.client.ConsumeBatch(ctx, msgs, record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, rf := res[0].Intents[0], res[1].Intents[0]
+	if r := b.ordered(t, rf.ID); r.State != intenttype.StateWaiting || r.WaitingFor != 1 {
+		t.Fatalf("refund after the batch's own pending charge = %+v, want waiting for 1", r)
+	}
+	var after int64
+	if err := b.pool.QueryRow(ctx, `SELECT after_id FROM outbox_intent_dependencies WHERE intent_id = $1`, rf.ID).Scan(&after); err != nil || after != ch.ID {
+		t.Fatalf("the refund comes after intent %d (%v), want the charge %d", after, err, ch.ID)
+	}
+
+	// The other way round: the charge's message comes first and names the
+	// refund's key, recorded by a later message. Nothing is written.
+	byMessage = map[string][]intents.Intent{
+		"l1": {charge("charge", intents.After{Key: "shop:l2"})},
+		"l2": {charge("other")},
+	}
+	_, err = b.client.ConsumeBatch(ctx, []intents.Message{{Consumer: "shop", ID: "l1"}, {Consumer: "shop", ID: "l2"}}, record)
+	var be *intents.BatchError
+	if !errors.Is(err, intents.ErrUnknownPredecessor) || !errors.As(err, &be) || be.Index != 0 {
+		t.Fatalf("ConsumeBatch naming a later message's key: %v, want ErrUnknownPredecessor for message 0", err)
+	}
+	var written int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_processed_messages WHERE message_id IN ('l1', 'l2')`).Scan(&written); err != nil || written != 0 {
+		t.Fatalf("%d markers of the refused batch written (%v), want none", written, err)
+	}
+}
+
 // A batch's messages on one key are numbered in batch order and wait for
 // each other; RecordTx orders by name within its call.
 func TestOrderInABatchAndInRecordTx(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"unicode"
 	"unicode/utf8"
 
@@ -197,7 +198,7 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, intents ...Intent) ([]
 		}
 		prepared = append(prepared, p)
 	}
-	if err := resolveOrder(ctx, tx, prepared); err != nil {
+	if err := resolveOrder(ctx, tx, prepared, nil); err != nil {
 		return nil, err
 	}
 	return c.insert(ctx, tx, nil, prepared, "recorder")
@@ -246,6 +247,13 @@ type pendingInsert struct {
 }
 
 func (pi *pendingInsert) len() int { return len(pi.recs) }
+
+// holds reports whether pi holds an intent with this key. It is asked only
+// about the keys an ordered intent names, so a linear scan costs nothing
+// to the batches that order nothing.
+func (pi *pendingInsert) holds(key string) bool {
+	return slices.ContainsFunc(pi.recs, func(r Recorded) bool { return r.Key == key })
+}
 
 // add appends the prepared intents of one message (nil outside a consumer),
 // with the trace context of the span in ctx.

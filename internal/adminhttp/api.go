@@ -17,6 +17,7 @@ import (
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/bytecheck"
 	"github.com/outboxkit/outbox/internal/ingest"
+	"github.com/outboxkit/outbox/internal/tracing"
 )
 
 // defaultAPIActor is the actor of an API action without an X-Actor header.
@@ -186,7 +187,11 @@ func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("", "request body is empty: send one message as JSON")
 	}
-	res, err := s.cfg.Ingest.RecordJSON(r.Context(), body)
+	// The caller's W3C trace context, as a broker's message headers carry
+	// it: the message's span, and the intents' attempts, continue its trace.
+	ctx := tracing.Extract(r.Context(), r.Header.Get(tracing.TraceParentHeader),
+		strings.Join(r.Header.Values(tracing.TraceStateHeader), ","))
+	res, err := s.cfg.Ingest.RecordJSON(ctx, body)
 	if err != nil {
 		return err
 	}

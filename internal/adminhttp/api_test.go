@@ -175,9 +175,16 @@ func TestAPIRecordMessage(t *testing.T) {
 	b := setup(t, setupOpts{token: testToken})
 	body := message("order-9", "billing", payment("payment", "order-9"), email("receipt", "order-9"))
 
-	r := b.do(t, req{method: "POST", path: "/api/v1/messages", body: body})
+	// The caller's trace context goes with the intents to their attempts.
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	r := b.do(t, req{method: "POST", path: "/api/v1/messages", body: body,
+		header: map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"}})
 	if r.status != http.StatusCreated {
 		t.Fatalf("first POST: %s; want 201", r)
+	}
+	var traced int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_intents WHERE split_part(trace_parent, '-', 2) = $1`, traceID).Scan(&traced); err != nil || traced != 2 {
+		t.Errorf("%d intents carry the request's trace (%v), want 2", traced, err)
 	}
 	var created struct {
 		Duplicate bool

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"pgregory.net/rapid"
 
 	"github.com/outboxkit/outbox/intents/audit"
@@ -24,6 +25,18 @@ INSERT INTO outbox_intents (idempotency_key, kind, provider, payload, state, cre
 VALUES ($1, 'stripe.payment_intent', 'stripe', '{}', $2, $3, $4,
     CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN $4::timestamptz END)`
 
+// activityStores returns a new database's pool, with the audit store that
+// reads the activity chart and the intent store that rolls it up.
+func activityStores(t *testing.T) (*pgxpool.Pool, *audit.Store, *intentstore.Store) {
+	t.Helper()
+	pool, _ := pgtest.NewDB(t)
+	intentStore, err := intentstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, audit.New(pool, nil), intentStore
+}
+
 // TestActivityRollUpCountsAsTheIntentsDo is a property test of the activity
 // chart's roll-up (migration 009): whatever the interleaving of roll-ups of
 // any size, intents recorded, finished (several in one transaction, so at
@@ -34,12 +47,7 @@ VALUES ($1, 'stripe.payment_intent', 'stripe', '{}', $2, $3, $4,
 func TestActivityRollUpCountsAsTheIntentsDo(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.NewDB(t)
-	store := audit.New(pool, nil)
-	intentStore, err := intentstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store, intentStore := activityStores(t)
 	exec := func(t *rapid.T, sql string, args ...any) {
 		if _, err := pool.Exec(ctx, sql, args...); err != nil {
 			t.Fatalf("%s: %v", sql, err)
@@ -130,12 +138,7 @@ func TestActivityRollUpCountsAsTheIntentsDo(t *testing.T) {
 func TestActivityRollUpWaitsForTransactionsStillRunning(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.NewDB(t)
-	store := audit.New(pool, nil)
-	intentStore, err := intentstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store, intentStore := activityStores(t)
 	finish := func(db interface {
 		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 	}, key string) {
@@ -193,11 +196,7 @@ func TestActivityRollUpWaitsForTransactionsStillRunning(t *testing.T) {
 func TestPruneActivityDeletesOnlyOldMinutes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, _ := pgtest.NewDB(t)
-	intentStore, err := intentstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, _, intentStore := activityStores(t)
 	if _, err := pool.Exec(ctx, `INSERT INTO outbox_activity_minutes (minute, recorded, succeeded, finished)
 		SELECT date_trunc('minute', now()) - m * interval '1 minute', 1, 1, 1 FROM generate_series(0, 99) m`); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,10 @@ package intentstore
 
 import (
 	"context"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/pgtest"
@@ -23,5 +26,45 @@ func TestFinishedSQLListsTheTerminalStates(t *testing.T) {
 		if in != st.Terminal() {
 			t.Errorf("state %s: in finishedSQL %v, terminal %v", st, in, st.Terminal())
 		}
+	}
+}
+
+// The settlement completes its dispatch job through the job's primary key,
+// whatever statistics the planner holds: with none of the analysed jobs
+// running, a test of state = 'running' made the generic plan walk River's
+// fetch index instead (see settledSQL).
+func TestSettledFindsTheJobByItsPrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	if _, err := pool.Exec(ctx, `INSERT INTO river_job (args, kind, queue, max_attempts, state, finalized_at)
+		SELECT jsonb_build_object('intent_id', g), 'outbox_dispatch', 'outbox', 10, 'completed', now()
+		FROM generate_series(1, 5000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE river_job`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
+	args := settledQ.args(pgx.NamedArgs{"adopt": false, "id": int64(1), "seen_generation": 0, "reason": "", "job_id": int64(1)})
+	rows, err := conn.Query(ctx, "EXPLAIN "+settledQ.sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := strings.Join(lines, "\n")
+	if !strings.Contains(plan, "Index Scan using river_job_pkey on river_job") {
+		t.Fatalf("settledSQL's generic plan does not find the job by its primary key:\n%s", plan)
 	}
 }

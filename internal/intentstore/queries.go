@@ -284,6 +284,15 @@ SELECT count(*) FROM updated`
 // completed): state completed and finalized_at, only while the job is
 // running. River's completer, run after the worker returns, then finds the
 // job no longer running and leaves it.
+//
+// The job is found by its primary key alone, its state compared as text:
+// state = 'running' also matches the leading column of River's fetch index
+// (state, queue, priority, scheduled_at, id), and when the statistics were
+// taken with no job running (an ANALYZE between two bursts, the rows of a
+// quiet queue) the generic plan walks that index instead, through every
+// running entry and every dead one a completed job left: 257 buffers a
+// settlement instead of 3, measured under load, and half the sustainable
+// end-to-end rate.
 const settledSQL = `
 WITH adopted AS (
     UPDATE outbox_intents
@@ -302,7 +311,7 @@ after AS (
 completed AS (
     UPDATE river_job
     SET state = 'completed', finalized_at = now()
-    WHERE id = @job_id AND state = 'running' AND (SELECT state FROM after) NOT IN ('pending', 'dispatching')
+    WHERE id = @job_id AND state::text = 'running' AND (SELECT state FROM after) NOT IN ('pending', 'dispatching')
 )
 SELECT (SELECT count(*) FROM adopted), (SELECT state FROM after)`
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"testing"
 	"time"
 
@@ -138,10 +139,9 @@ func TestServeDoublesKeepsAWireLogPerIntent(t *testing.T) {
 }
 
 // waitWire polls the wire log until it holds a record for intent id (a
-// handler whose client went away records when it returns) and returns that
-// intent's records.
-// waitWire returns the wire log's records of intent id once it has one,
-// and, when answered, once the last of them is an answer.
+// handler whose client went away records when it returns) and, when
+// answered, until the request sent last has its answer; it returns that
+// intent's records in the order they were sent.
 func waitWire(t *testing.T, base string, id int64, answered bool) []chaos.WireRecord {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -152,6 +152,10 @@ func waitWire(t *testing.T, base string, id int64, answered bool) []chaos.WireRe
 				recs = append(recs, r)
 			}
 		}
+		// The log is in the order the requests ended; the client saw the
+		// answer to the one it sent last. A dropped request can end after
+		// the retry that followed it.
+		sort.SliceStable(recs, func(i, j int) bool { return recs[i].Start.Before(recs[j].Start) })
 		if len(recs) > 0 && (!answered || recs[len(recs)-1].Status != 0) {
 			return recs
 		}

@@ -234,8 +234,9 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) error {
 		http.Redirect(w, r, "/?"+clean.Encode(), http.StatusSeeOther)
 		return nil
 	}
-	// The activity chart is the page's longest read (it costs what its hour
-	// finished): it runs beside the others, on a connection of its own.
+	// The activity chart is the page's longest read (it rolls up what
+	// finished since the last roll-up, then reads the backlog): it runs
+	// beside the others, on a connection of its own.
 	now := s.cfg.Now()
 	since := now.Truncate(chartBucket).Add(-(chartBuckets - 1) * chartBucket)
 	type activityResult struct {

@@ -524,8 +524,7 @@ Examples:
 	var af actionFlags
 	af.register(fs, env)
 	as := fs.String("as", "", "succeeded or failed (required)")
-	providerRef := fs.String("provider-ref", "", "with --as succeeded: the provider's reference for the effect (one intent only)")
-	af.providerRef = providerRef
+	af.providerRef = fs.String("provider-ref", "", "with --as succeeded: the provider's reference for the effect (one intent only)")
 	return runAction(ctx, fs, args, env, &af, audit.ActionResolve, func() (intenttype.State, error) {
 		switch *as {
 		case string(intenttype.StateSucceeded), string(intenttype.StateFailed):

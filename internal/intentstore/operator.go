@@ -160,21 +160,22 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 		if !intenttype.CanTransition(current, to, intenttype.ActorOperator) {
 			return refuse
 		}
+		// Only a resolve as succeeded sets the provider's reference.
+		var ref *string
+		if a.ProviderRef != "" && to == intenttype.StateSucceeded {
+			ref = &a.ProviderRef
+		}
 		if a.Kind == ActionResend {
 			_, err = tx.Exec(ctx, resendSQL, pgx.NamedArgs{"id": a.IntentID})
 		} else {
-			var ref *string
-			if a.ProviderRef != "" && to == intenttype.StateSucceeded {
-				ref = &a.ProviderRef
-			}
 			_, err = tx.Exec(ctx, finishSQL, pgx.NamedArgs{"id": a.IntentID, "to": to, "provider_ref": ref})
 		}
 		if err != nil {
 			return err
 		}
 		reason := a.Reason
-		if a.ProviderRef != "" && to == intenttype.StateSucceeded {
-			reason += fmt.Sprintf(" (provider reference set: %s)", a.ProviderRef)
+		if ref != nil {
+			reason += fmt.Sprintf(" (provider reference set: %s)", *ref)
 		}
 		if _, err := tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": reason}); err != nil {
 			return err

@@ -10,7 +10,7 @@ DATABASE_URL  ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 export DATABASE_URL
 # outboxd version prints this; go install ...@vX.Y.Z records the tag instead.
 VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS       := -X github.com/outboxkit/outbox/internal/cli.version=$(VERSION)
+LDFLAGS       := -X github.com/outboxkit/outbox/cmd/outboxd/internal/cli.version=$(VERSION)
 CHAOS_DURATION ?= 5m
 # The Stripe adapter's requests are checked against Stripe's OpenAPI spec.
 export STRIPE_MOCK_BIN ?= $(TOOLS)/stripe-mock
@@ -29,7 +29,7 @@ example: db-check ## the NoteCreated example service end to end on RabbitMQ (AMQ
 
 .PHONY: screenshot
 screenshot: chromium db-check ## refresh docs/dashboard.png from the dashboard's browser test
-	UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestDashboardInABrowser ./internal/adminhttp
+	UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestDashboardInABrowser ./cmd/outboxd/internal/adminhttp
 
 .PHONY: test
 test: lint db-check $(TOOLS)/stripe-mock chromium ## vet, staticcheck, gofmt, then every test with the race detector

@@ -6,7 +6,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/outboxkit/outbox/internal/cli"
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/cli"
 )
 
 func main() {

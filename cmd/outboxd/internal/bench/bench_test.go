@@ -1,0 +1,155 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/bench"
+	"github.com/outboxkit/outbox/internal/pgtest"
+)
+
+// smokeRun runs cfg's scenarios with SmokeSizes on the test server and
+// returns the report and the progress it printed; it fails the test if
+// Run does.
+func smokeRun(t *testing.T, cfg bench.Config) (*bench.Report, string) {
+	t.Helper()
+	sizes := bench.SmokeSizes()
+	var progress bytes.Buffer
+	cfg.ServerURL, cfg.Sizes, cfg.Progress = pgtest.ServerURL(), &sizes, &progress
+	report, err := bench.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	return report, progress.String()
+}
+
+// Every scenario but memory (which needs an outboxd executable) runs end to
+// end with tiny sizes and yields rows with both figures measured.
+func TestSmokeRunMeasuresEveryRow(t *testing.T) {
+	t.Parallel()
+	report, _ := smokeRun(t, bench.Config{Only: []string{"consume", "batch", "dispatch", "latency", "slow"}})
+	// Latency has two rows at half the sustainable rate (which it measures
+	// first, e2e not running) and two at the fixed rate.
+	if len(report.Rows) != 11 {
+		t.Fatalf("%d rows, want 11 (3 consume, batch, 2 dispatch, 4 latency, slow)", len(report.Rows))
+	}
+	for _, row := range report.Rows {
+		if row.Figure <= 0 || row.BaselineFigure <= 0 || row.Ratio <= 0 || row.Target == "" || row.Unit == "" {
+			t.Errorf("row %+v lacks a figure, a baseline, a ratio or a target", row)
+		}
+	}
+	if report.Machine.CPUs < 1 || !strings.HasPrefix(report.Machine.Postgres, "PostgreSQL ") {
+		t.Errorf("machine = %+v", report.Machine)
+	}
+	var table bytes.Buffer
+	if err := report.WriteTable(&table, "outboxd bench --smoke"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| measure | figure |", "Consume, 1 intent/message, 32 consumers", "ConsumeBatch", "Dispatch keyed", "Dispatch unkeyed", "p99", "Command: outboxd bench --smoke"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+}
+
+func TestRunRefusesBadConfiguration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if _, err := bench.Run(ctx, bench.Config{}); err == nil || !strings.Contains(err.Error(), "ServerURL") {
+		t.Errorf("no server: %v", err)
+	}
+	if _, err := bench.Run(ctx, bench.Config{ServerURL: pgtest.ServerURL(), Only: []string{"warp"}}); err == nil || !strings.Contains(err.Error(), `"warp"`) {
+		t.Errorf("unknown scenario: %v", err)
+	}
+	sizes := bench.SmokeSizes()
+	sizes.Workers = 0
+	if _, err := bench.Run(ctx, bench.Config{ServerURL: pgtest.ServerURL(), Sizes: &sizes}); err == nil || !strings.Contains(err.Error(), "Sizes.Workers") {
+		t.Errorf("zero workers: %v", err)
+	}
+}
+
+func TestTableShowsFigureBaselineRatioAndMisses(t *testing.T) {
+	t.Parallel()
+	r := &bench.Report{
+		Machine: bench.Machine{CPUs: 2, CPUModel: "Test CPU", Postgres: "PostgreSQL 15.0", Go: "go1.26", OS: "linux/amd64"},
+		Rows: []bench.Row{
+			{Measure: "fast thing", Figure: 1234.5, Unit: "msg/s", Baseline: "raw", BaselineFigure: 1500, Ratio: 0.823, Target: "≥ 80% of baseline", Met: true},
+			{Measure: "slow thing", Figure: 7.5, Unit: "ms", Baseline: "River", BaselineFigure: 5, Ratio: 1.5, Target: "≤ 5 ms", Met: false, Note: "why"},
+		},
+	}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b, "make bench"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"2 CPUs, Test CPU; PostgreSQL 15.0",
+		"| fast thing | 1234 msg/s | raw: 1500 | 82% | ≥ 80% of baseline | yes |",
+		"| slow thing [2] | 7.50 ms | River: 5.00 | 150% | ≤ 5 ms | **no** |",
+		"[2] why",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if r.AllMet() {
+		t.Error("AllMet with a missed target")
+	}
+}
+
+// The memory row reads the kB fields of /proc/<pid>/status.
+func TestReadStatusOfThisProcess(t *testing.T) {
+	t.Parallel()
+	st, err := bench.ReadStatus(os.Getpid())
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	if st["VmHWM"] <= 0 || st["VmRSS"] <= 0 || st["VmRSS"] > st["VmHWM"] {
+		t.Fatalf("VmHWM %d, VmRSS %d", st["VmHWM"], st["VmRSS"])
+	}
+}
+
+// The e2e scenario climbs for this module and every peer, at both provider
+// latencies, and each row says what it was measured against.
+func TestSmokeE2ECoversEveryPeer(t *testing.T) {
+	t.Parallel()
+	report, progress := smokeRun(t, bench.Config{Only: []string{"e2e"}})
+	want := 2 * (1 + len(bench.Peers()))
+	if len(report.Rows) != want {
+		t.Fatalf("%d rows, want %d:\n%+v\n%s", len(report.Rows), want, report.Rows, progress)
+	}
+	for _, row := range report.Rows {
+		if row.BaselineFigure <= 0 && strings.Contains(row.Measure, "this module") || row.Target == "" || row.Note == "" {
+			t.Errorf("row %+v lacks a baseline, a target or a note", row)
+		}
+	}
+	for _, want := range []string{"River alone", "Watermill SQL", "DBOS Transact", "zero-latency provider", "10ms provider"} {
+		found := false
+		for _, row := range report.Rows {
+			found = found || strings.Contains(row.Measure, want)
+		}
+		if !found {
+			t.Errorf("no row mentions %q", want)
+		}
+	}
+}
+
+// The retained scenario fills its database, measures both sides and keeps
+// stats exact on the filled one.
+func TestSmokeRetainedMeasuresEveryRow(t *testing.T) {
+	t.Parallel()
+	report, _ := smokeRun(t, bench.Config{Only: []string{"retained"}})
+	if len(report.Rows) != 14 {
+		t.Fatalf("%d rows, want 14 (consume, dispatch, HOT share, 11 reads)", len(report.Rows))
+	}
+	for _, row := range report.Rows {
+		// A share of HOT updates may be 0 in so small a run; a rate or a
+		// time may not.
+		positive := row.Unit != "%"
+		if (positive && (row.Figure <= 0 || row.BaselineFigure <= 0)) || row.Target == "" || row.Unit == "" {
+			t.Errorf("row %+v lacks a figure, a baseline or a target", row)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/bench"
+	"github.com/outboxkit/outbox/dispatcher"
+)
+
+func runBench(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("bench", "bench [flags]", `
+Measures throughput, latency and memory, each figure against a baseline
+measured in the same run on the same database, and prints one table (also
+written to --out):
+
+  consume    messages/s through Consume at 1, 8 and 32 consumers, against
+             hand-written pgx writing the same rows in one transaction
+  batch      messages/s through ConsumeBatch at batches of 100, against
+             hand-written pgx writing the same rows per batch
+  e2e        the sustainable end-to-end rate: consumers recording and
+             dispatchers calling a zero-latency (then a 50 ms) provider at
+             once, the offered rate stepped up until commit → call p99
+             exceeds 50 ms or a backlog builds; against the commit limit
+             (pgbench, 8 clients, ÷ 3 commits an intent), River alone,
+             Watermill's SQL outbox and DBOS Transact, same workload
+  dispatch   intents/s performed against zero-latency Stripe (keyed) and
+             SendGrid (unkeyed) doubles, against hand-written pgx running
+             only the outcome transaction, and River working no-op jobs
+  ordered    intents/s recorded and dispatched with ordering keys (50
+             keys, one intent of a key at a time), against the same
+             intents without ordering keys
+  latency    consumer commit to provider call (p50, p99) at half the
+             sustainable rate (measured first if e2e did not run) and at
+             500 intents/s, against River's own insert-to-work latency
+  slow       intents/s against a provider answering in 50 ms at 100 workers
+  memory     peak resident memory of a real 'outboxd run' process while it
+             dispatches (it runs this executable as 'outboxd run')
+  retained   Consume and dispatch rates, stats and every dashboard and API
+             read on a database holding 1,000,000 finished intents and
+             markers, against an empty database; the share of HOT updates
+  scaleout   the e2e climb with 1, 2 and 4 real 'outboxd run' processes
+             sharing the workers on one database: each sustainable rate,
+             its ratio to 1 process, Postgres' share of the CPU and the
+             transactions per intent (pg_stat_database)
+
+Every scenario works in a scratch database of its own on the server at
+--database-url, dropped afterwards. The full run takes about twenty minutes on
+two cores; --quick runs every scenario with smaller sizes (a few minutes,
+noisier figures); --smoke runs every scenario briefly (the figures then
+mean nothing). A missed target is reported in the table; with --strict it also
+makes the command exit 1.`, env)
+	var dbURL string
+	registerDatabaseFlag(fs, env, &dbURL)
+	out := fs.String("out", "", "also write the table to this file")
+	only := fs.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(bench.Scenarios(), ", "))
+	peers := fs.String("peers", "", "comma-separated peers the e2e scenario compares with (default all): "+strings.Join(bench.Peers(), ", "))
+	smoke := fs.Bool("smoke", false, "run every scenario with tiny sizes, to check that it works")
+	quick := fs.Bool("quick", false, "run every scenario with smaller sizes, for development (noisier figures)")
+	strict := fs.Bool("strict", false, "exit 1 when a target is missed")
+	fetchCooldown := fs.Duration("fetch-cooldown", dispatcher.DefaultFetchCooldown, "FetchCooldown of the dispatchers and of the River baselines (see 'outboxd run --help')")
+	asJSON := fs.Bool("json", false, "print the report as JSON instead of the table")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (consumers, dispatcher and doubles; not outboxd run, not Postgres) to this file; read it with 'go tool pprof'")
+	var logs logFlags
+	logs.register(fs)
+	logs.level = "error"
+	if err := parse(fs, args, env); err != nil {
+		return err
+	}
+	logger, err := logs.logger(env.Stderr)
+	if err != nil {
+		return err
+	}
+	var scenarios []string
+	if *only != "" {
+		for _, s := range strings.Split(*only, ",") {
+			s = strings.TrimSpace(s)
+			known := false
+			for _, k := range bench.Scenarios() {
+				known = known || k == s
+			}
+			if !known {
+				return usageErrorf("--only: unknown scenario %q (want %s)", s, strings.Join(bench.Scenarios(), ", "))
+			}
+			scenarios = append(scenarios, s)
+		}
+	}
+	var peerList []string
+	if *peers != "" {
+		for _, p := range strings.Split(*peers, ",") {
+			p = strings.TrimSpace(p)
+			known := false
+			for _, k := range bench.Peers() {
+				known = known || k == p
+			}
+			if !known {
+				return usageErrorf("--peers: unknown peer %q (want %s)", p, strings.Join(bench.Peers(), ", "))
+			}
+			peerList = append(peerList, p)
+		}
+	}
+	if *fetchCooldown < time.Millisecond {
+		return usageErrorf("--fetch-cooldown must be at least 1ms, got %s", *fetchCooldown)
+	}
+	cfg := bench.Config{ServerURL: dbURL, Only: scenarios, Peers: peerList, FetchCooldown: *fetchCooldown, Progress: env.Stderr, Logger: logger}
+	if *smoke && *quick {
+		return usageErrorf("--smoke and --quick exclude each other")
+	}
+	if *smoke {
+		sizes := bench.SmokeSizes()
+		cfg.Sizes = &sizes
+	}
+	if *quick {
+		sizes := bench.QuickSizes()
+		cfg.Sizes = &sizes
+	}
+	// The memory scenario runs this very executable as 'outboxd run'.
+	if self, err := os.Executable(); err == nil {
+		cfg.Outboxd = self
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	report, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	command := "outboxd bench " + strings.Join(args, " ")
+	var text strings.Builder
+	if err := report.WriteTable(&text, strings.TrimSpace(command)); err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprint(env.Stdout, text.String())
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(text.String()), 0o644); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	if *strict && !report.AllMet() {
+		return errors.New("some targets were missed (see the table)")
+	}
+	return nil
+}

@@ -1,0 +1,327 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sethvargo/go-retry"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/secret"
+	"github.com/outboxkit/outbox/dispatcher"
+	"github.com/outboxkit/outbox/dispatcher/metrics"
+	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/migrations"
+	"github.com/outboxkit/outbox/providers"
+)
+
+func runDispatcher(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("run", "run [flags]", `
+Runs the dispatcher: River workers that perform every recorded intent once,
+passing the intent's idempotency key to providers that accept one (Stripe)
+and committing a write-ahead attempt before calling those that do not
+(SendGrid). Ambiguous attempts are reconciled or held in_doubt, never
+blindly repeated. Several 'outboxd run' processes may share one database.
+
+Credentials come from the environment, never from flags:
+  STRIPE_API_KEY   or STRIPE_API_KEY_FILE    (for --providers stripe)
+  SENDGRID_API_KEY or SENDGRID_API_KEY_FILE  (for --providers sendgrid)
+  AMQP_URL         or AMQP_URL_FILE          (for --providers rabbitmq; it holds a password)
+  WEBHOOK_<NAME>_SECRET or ..._FILE          (for each --webhook NAME=URL)
+  OUTBOXD_ADMIN_TOKEN or OUTBOXD_ADMIN_TOKEN_FILE
+                   (the admin server's bearer token; required when
+                    --admin-addr is not a loopback address)
+
+The admin server (--admin-addr, default 127.0.0.1:8080) serves the
+dashboard, the JSON API under /api/v1/, /healthz, /readyz, /metrics and
+River's UI under /riverui/. If the default address is taken (another
+'outboxd run' on this host), run goes on without it and logs a warning.
+
+Stops gracefully on SIGINT or SIGTERM: no new attempts start, attempts in
+flight record their outcome, for at most --shutdown-grace; spans not yet
+exported are then flushed.
+`+tracingHelp, env)
+	var dbURL string
+	registerDatabaseFlag(fs, env, &dbURL)
+	var pf providerFlags
+	pf.register(fs, env)
+	workers := fs.Int("workers", dispatcher.DefaultMaxWorkers, "intents worked at once by this process")
+	maxAttempts := fs.Int("max-attempts", dispatcher.DefaultMaxAttempts, "attempts per intent before it fails")
+	callTimeout := fs.Duration("call-timeout", dispatcher.DefaultCallTimeout, "timeout of one call to a provider")
+	retryBackoff := fs.Duration("retry-backoff", dispatcher.DefaultRetryBackoff, "delay before the second attempt; doubles each attempt, with jitter")
+	retryBackoffMax := fs.Duration("retry-backoff-max", dispatcher.DefaultRetryBackoffMax, "longest delay between attempts")
+	sweepInterval := fs.Duration("sweep-interval", dispatcher.DefaultSweepInterval, "how often the leader re-enqueues stranded intents")
+	rescueAfter := fs.Duration("rescue-after", 0, "how long a job may run before it is presumed dead (a killed dispatcher) and rescued; default 2×call-timeout+65s")
+	fetchCooldown := fs.Duration("fetch-cooldown", 0, "shortest pause between job fetches (River's FetchCooldown); lower means lower latency and more queries; 0 keeps the default, "+dispatcher.DefaultFetchCooldown.String())
+	fetchLoops := fs.Int("fetch-loops", 0, fmt.Sprintf("fetch loops sharing --workers, each with one job fetch in flight (a slow provider keeps more workers busy with more loops; each holds a connection for notifications); 0 keeps the default, one per %d workers, at most %d", dispatcher.DefaultWorkersPerFetchLoop, dispatcher.MaxFetchLoops))
+	recheckDelay := fs.Duration("recheck-delay", dispatcher.DefaultRecheckDelay, "how long after an in_doubt verdict whose look-up proved nothing the provider is asked again; each later look-up waits twice as long")
+	maxRechecks := fs.Int("max-rechecks", dispatcher.DefaultMaxRechecks, "look-ups of an in_doubt intent before it waits for an operator; negative: never look up again")
+	recheckInterval := fs.Duration("recheck-interval", dispatcher.DefaultRecheckInterval, "how often the leader looks for in_doubt intents whose look-up is due")
+	absenceSettleTime := fs.Duration("absence-settle-time", dispatcher.DefaultAbsenceSettleTime, "how long after an attempt that got no final answer a consistent read that finds nothing proves absence (the request may still be executing at the provider before then)")
+	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long shutdown waits for attempts in flight")
+	dedupWindow := fs.Duration("dedup-window", dispatcher.DefaultDedupWindow, "how long processed markers are kept: a message redelivered later is handled as new; at least max-attempts × retry-backoff-max")
+	auditRetention := fs.Duration("audit-retention", dispatcher.DefaultAuditRetention, "how long succeeded, failed and cancelled intents are kept after they finish, with their attempts and events (in_doubt and unfinished ones are kept until they finish)")
+	adminAddr := fs.String("admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminhttp.TokenEnv)
+	adminTLSTerminated := fs.Bool("admin-tls-terminated", false, "browsers reach the admin server over HTTPS through a proxy that terminates TLS: mark its session cookie Secure (it always is on a TLS request)")
+	var logs logFlags
+	logs.register(fs)
+	if err := parse(fs, args, env); err != nil {
+		return err
+	}
+	adminToken, err := loadAdminToken(env, *adminAddr)
+	if err != nil {
+		return err
+	}
+	for name, d := range map[string]time.Duration{"call-timeout": *callTimeout, "retry-backoff": *retryBackoff, "retry-backoff-max": *retryBackoffMax, "sweep-interval": *sweepInterval, "shutdown-grace": *grace, "dedup-window": *dedupWindow, "audit-retention": *auditRetention} {
+		if d <= 0 {
+			return usageErrorf("--%s must be positive, got %s", name, d)
+		}
+	}
+	if *rescueAfter < 0 || *fetchCooldown < 0 {
+		return usageErrorf("--rescue-after and --fetch-cooldown must not be negative")
+	}
+	if *workers < 1 || *workers > 10000 {
+		return usageErrorf("--workers must be between 1 and 10000, got %d", *workers)
+	}
+	if *fetchLoops < 0 || *fetchLoops > min(*workers, dispatcher.MaxFetchLoops) {
+		return usageErrorf("--fetch-loops must be between 1 and %d (and at most --workers, %d), or 0 for the default, got %d", dispatcher.MaxFetchLoops, *workers, *fetchLoops)
+	}
+	if *maxAttempts < 1 || *maxAttempts > 90 {
+		return usageErrorf("--max-attempts must be between 1 and 90, got %d", *maxAttempts)
+	}
+	logger, err := logs.logger(env.Stderr)
+	if err != nil {
+		return err
+	}
+	logger = riverInfoAsDebug(logger) // River's routine INFO lines go out at DEBUG
+	registry, err := pf.registry(ctx, env, true, nil, logger)
+	if err != nil {
+		return err
+	}
+	defer pf.close()
+
+	tracerProvider, err := setupTracing(ctx, env)
+	if err != nil {
+		return err
+	}
+	if tracerProvider != nil {
+		defer func() {
+			// After the dispatcher stopped: its last spans are flushed too.
+			flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tracerProvider.Shutdown(flushCtx); err != nil {
+				logger.Warn("could not flush traces", "error", err)
+			}
+		}()
+		logger.InfoContext(ctx, "tracing on: exporting spans over OTLP/HTTP")
+	}
+
+	cfg := &dispatcher.Config{
+		Providers:            registry,
+		MaxWorkers:           *workers,
+		MaxAttempts:          *maxAttempts,
+		CallTimeout:          *callTimeout,
+		RetryBackoff:         *retryBackoff,
+		RetryBackoffMax:      *retryBackoffMax,
+		SweepInterval:        *sweepInterval,
+		RescueStuckJobsAfter: *rescueAfter,
+		FetchCooldown:        *fetchCooldown,
+		FetchLoops:           *fetchLoops,
+		DedupWindow:          *dedupWindow,
+		AuditRetention:       *auditRetention,
+		RecheckDelay:         *recheckDelay,
+		MaxRechecks:          *maxRechecks,
+		RecheckInterval:      *recheckInterval,
+		AbsenceSettleTime:    *absenceSettleTime,
+		Logger:               logger,
+	}
+	if tracerProvider != nil {
+		cfg.TracerProvider = tracerProvider
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageErrorf("%v", err)
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	pool, err := openPool(ctx, dbURL, int32(*workers+10))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := checkSchema(ctx, pool, logger); err != nil {
+		return err
+	}
+	outboxMetrics := metrics.New(pool)
+	cfg.Observer = outboxMetrics
+	// admin server: metricsRegistry is the prometheus.Gatherer to serve at
+	// /metrics (the outbox's metrics, the database gauges, Go and process).
+	metricsRegistry := outboxMetrics.Registry()
+	d, err := dispatcher.New(pool, cfg)
+	if err != nil {
+		return err
+	}
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	names := []string{}
+	for _, p := range registry.Providers() {
+		names = append(names, p.Name())
+	}
+	logger.InfoContext(ctx, "dispatcher started", "providers", names, "workers", *workers, "max_attempts", *maxAttempts)
+	admin, err := startAdmin(ctx, adminParams{
+		addr: *adminAddr, explicit: flagWasSet(fs, "admin-addr"), token: adminToken, tlsTerminated: *adminTLSTerminated,
+		pool: pool, registry: registry, metrics: outboxMetrics, gatherer: metricsRegistry, logger: logger,
+		tracerProvider: cfg.TracerProvider,
+	})
+	if err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
+		defer cancel()
+		_ = d.Stop(stopCtx)
+		return err
+	}
+	<-ctx.Done()
+	logger.Info("shutting down: waiting for attempts in flight", "grace", *grace)
+	stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
+	defer cancel()
+	adminStopped := make(chan error, 1)
+	go func() { adminStopped <- admin.shutdown(stopCtx) }()
+	dispatcherErr := d.Stop(stopCtx)
+	if err := <-adminStopped; err != nil {
+		logger.Warn("admin server did not stop cleanly", "error", err)
+	}
+	if err := dispatcherErr; err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("shutdown grace of %s passed with attempts still in flight; they were cancelled", *grace)
+		}
+		return err
+	}
+	logger.Info("dispatcher stopped")
+	return nil
+}
+
+// loadAdminToken reads the admin server's token from OUTBOXD_ADMIN_TOKEN or
+// OUTBOXD_ADMIN_TOKEN_FILE, and refuses, before anything starts, an admin
+// address that is not loopback without one.
+func loadAdminToken(env Env, addr string) (string, error) {
+	if addr == "" {
+		return "", nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return "", usageErrorf("--admin-addr %q is not host:port (e.g. 127.0.0.1:8080, or empty to disable)", addr)
+	}
+	token, err := secret.LoadFrom(env.Getenv, adminhttp.TokenEnv)
+	switch {
+	case errors.Is(err, secret.ErrMissing) && env.Getenv(adminhttp.TokenEnv+"_FILE") == "":
+		token = ""
+	case err != nil:
+		return "", fmt.Errorf("refusing to start: %w", err)
+	}
+	if token == "" && !adminhttp.IsLoopback(addr) {
+		return "", usageErrorf("refusing to start: --admin-addr %s is not a loopback address, so the admin server needs a token: set %s, or %s_FILE to a file that holds it (or listen on 127.0.0.1)", addr, adminhttp.TokenEnv, adminhttp.TokenEnv)
+	}
+	if token != "" && len(token) < 16 {
+		return "", usageErrorf("refusing to start: %s must be at least 16 bytes", adminhttp.TokenEnv)
+	}
+	return token, nil
+}
+
+func flagWasSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+type adminParams struct {
+	addr     string
+	explicit bool // --admin-addr was given, so failing to listen is fatal
+	token    string
+	pool     *pgxpool.Pool
+	registry *providers.Registry
+	metrics  ingest.Observer
+	gatherer prometheus.Gatherer
+	logger   *slog.Logger
+	// tracerProvider traces the ingest API's recording; nil when off.
+	tracerProvider trace.TracerProvider
+
+	// tlsTerminated: a proxy terminates TLS in front (Secure cookies).
+	tlsTerminated bool
+}
+
+// runningAdmin is the admin server, or nil when it is off.
+type runningAdmin struct{ srv *adminhttp.Server }
+
+func (a *runningAdmin) shutdown(ctx context.Context) error {
+	if a == nil {
+		return nil
+	}
+	return a.srv.Shutdown(ctx)
+}
+
+// startAdmin starts the admin server unless p.addr is empty. When the
+// default address cannot be listened on (another outboxd run on this host
+// has it), run goes on without it and says so; an address given with
+// --admin-addr must work.
+func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
+	if p.addr == "" {
+		p.logger.InfoContext(ctx, "admin server disabled (--admin-addr is empty)")
+		return nil, nil
+	}
+	client, err := intents.NewClient(p.pool, &intents.Config{Providers: p.registry, Logger: p.logger, TracerProvider: p.tracerProvider})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := adminhttp.New(adminhttp.Config{
+		Addr:     p.addr,
+		Token:    p.token,
+		Audit:    audit.New(p.pool, p.registry),
+		Ingest:   ingest.New(client, p.metrics),
+		Pool:     p.pool,
+		Gatherer: p.gatherer,
+		Logger:   p.logger.With("component", "admin"),
+
+		TLSTerminated: p.tlsTerminated,
+	})
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		if !p.explicit {
+			p.logger.WarnContext(ctx, "admin server not started: its default address is taken; set --admin-addr to another address (or empty to disable)", "addr", p.addr, "error", err)
+			return nil, nil
+		}
+		return nil, err
+	}
+	return &runningAdmin{srv: srv}, nil
+}
+
+// checkSchema refuses a database whose schema is not current, and rides out
+// a connection lost while checking (a restarted server, a terminated
+// backend) with a few quick retries instead of exiting.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	backoff := retry.WithMaxRetries(5, retry.NewExponential(200*time.Millisecond))
+	return retry.Do(ctx, backoff, func(ctx context.Context) error {
+		err := migrations.New(pool, logger).Check(ctx)
+		if errors.Is(err, migrations.ErrNotMigrated) {
+			cfg := pool.Config().ConnConfig
+			return fmt.Errorf("database %q on %s:%d: %w", cfg.Database, cfg.Host, cfg.Port, err)
+		}
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		logger.WarnContext(ctx, "checking the database schema failed; retrying", "error", err)
+		return retry.RetryableError(err)
+	})
+}

@@ -45,9 +45,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outboxkit/outbox/internal/doubleserver"
-	"github.com/outboxkit/outbox/internal/effects"
 	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/internal/doubleserver"
+	"github.com/outboxkit/outbox/providers/internal/effects"
 )
 
 // DefaultAPIKey is the API key the double accepts when Config.APIKey is

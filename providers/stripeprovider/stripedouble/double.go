@@ -54,10 +54,10 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/outboxkit/outbox/internal/doubleserver"
-	"github.com/outboxkit/outbox/internal/effects"
-	"github.com/outboxkit/outbox/internal/idemstore"
 	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/internal/doubleserver"
+	"github.com/outboxkit/outbox/providers/internal/effects"
+	"github.com/outboxkit/outbox/providers/internal/idemstore"
 )
 
 // DefaultAPIKey is the secret key a double accepts when Config.APIKey is

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/outboxkit/outbox/internal/idemstore"
 	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/internal/idemstore"
 )
 
 // beginPost counts and authorizes a POST and parses its form, answering

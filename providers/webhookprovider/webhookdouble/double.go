@@ -34,10 +34,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outboxkit/outbox/internal/doubleserver"
-	"github.com/outboxkit/outbox/internal/effects"
-	"github.com/outboxkit/outbox/internal/idemstore"
 	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/internal/doubleserver"
+	"github.com/outboxkit/outbox/providers/internal/effects"
+	"github.com/outboxkit/outbox/providers/internal/idemstore"
 	"github.com/outboxkit/outbox/providers/webhookprovider"
 )
 

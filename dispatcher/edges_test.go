@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
@@ -185,7 +186,7 @@ func TestAnotherDeploymentsChargeIsNeverAdopted(t *testing.T) {
 	b := setup(t, options{})
 	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
 	key := b.key(t, id)
-	theirs := testkit.ForeignPaymentIntent(t, b.stripe, "0therdep10yment0", intenttype.ProviderKey("0therdep10yment0", 0, key, 255), id, 500, "cus_1")
+	theirs := fixture.ForeignPaymentIntent(t, b.stripe, "0therdep10yment0", intenttype.ProviderKey("0therdep10yment0", 0, key, 255), id, 500, "cus_1")
 	b.stripe.Faults().Push(fault.Fault{Kind: fault.ErrorBefore, Status: 500})
 	b.start(t, b.config())
 
@@ -193,7 +194,7 @@ func TestAnotherDeploymentsChargeIsNeverAdopted(t *testing.T) {
 	if s.State != intenttype.StateSucceeded || s.ProviderRef == theirs {
 		t.Fatalf("intent = %+v; want succeeded with a PaymentIntent of its own, not %s", s, theirs)
 	}
-	_, ours := testkit.ProviderKey(t, b.pool, key, 255)
+	_, ours := fixture.ProviderKey(t, b.pool, key, 255)
 	var mine int
 	for _, pi := range b.stripe.PaymentIntents() {
 		if pi.ID == s.ProviderRef && pi.Metadata[providers.MetadataNamespace] != "0therdep10yment0" && strings.HasPrefix(pi.Metadata[providers.MetadataKey], strings.SplitN(ours, ".", 2)[0]) {
@@ -216,8 +217,8 @@ func TestAMismatchedObjectIsHeldInDoubt(t *testing.T) {
 	b := setup(t, options{})
 	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
 	key := b.key(t, id)
-	ns, pk := testkit.ProviderKey(t, b.pool, key, 255)
-	testkit.ForeignPaymentIntent(t, b.stripe, ns, pk, id, 999, "cus_1")
+	ns, pk := fixture.ProviderKey(t, b.pool, key, 255)
+	fixture.ForeignPaymentIntent(t, b.stripe, ns, pk, id, 999, "cus_1")
 	b.stripe.Faults().Push(fault.Fault{Kind: fault.ErrorBefore, Status: 500})
 	b.start(t, b.config())
 

@@ -19,6 +19,7 @@ import (
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
@@ -122,7 +123,7 @@ func TestRefundAfterADeclinedChargeIsCancelledAndNeverSent(t *testing.T) {
 func TestDependentWaitsForAnInDoubtPredecessorUntilAnOperatorResolvesIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	pi := testkit.ForeignPaymentIntent(t, b.stripe, "other", "k", 0, 500, "cus_1")
+	pi := fixture.ForeignPaymentIntent(t, b.stripe, "other", "k", 0, 500, "cus_1")
 	res, err := b.recorder.Consume(context.Background(), intents.Message{Consumer: "shop", ID: t.Name()},
 		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 			if err := rec.Record(intents.Intent{Kind: "sendgrid.email", Name: "notice", Payload: json.RawMessage(emailPayload)}); err != nil {
@@ -165,7 +166,7 @@ func TestResolvedWithAProviderReferenceReleasesWhatFillsFromIt(t *testing.T) {
 			// The charge went in_doubt before this dispatcher started (its
 			// job is gone with the attempt that left it so); the operator
 			// found its PaymentIntent at Stripe.
-			pi := testkit.ForeignPaymentIntent(t, b.stripe, "", "", charge, 500, "cus_1")
+			pi := fixture.ForeignPaymentIntent(t, b.stripe, "", "", charge, 500, "cus_1")
 			if _, err := b.pool.Exec(context.Background(), `
 				UPDATE outbox_intents SET state = 'in_doubt', may_have_acted = true, attempt_count = 1 WHERE id = $1;`, charge); err != nil {
 				t.Fatal(err)

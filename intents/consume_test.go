@@ -15,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/intents"
-	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
@@ -40,7 +41,7 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{pool: pool, client: client}
 }
 
-func testRegistry(t testing.TB) *providers.Registry { return testkit.Registry(t) }
+func testRegistry(t testing.TB) *providers.Registry { return fixture.Registry(t) }
 
 func payment(amount int) json.RawMessage {
 	return json.RawMessage(fmt.Sprintf(`{"amount": %d, "currency": "usd", "customer": "cus_1", "payment_method": "pm_card_visa", "confirm": true}`, amount))

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 // testEnv is the environment the example sees in tests: the test server

@@ -9,7 +9,7 @@ import (
 
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/dispatcher/metrics"
-	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 )

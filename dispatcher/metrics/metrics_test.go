@@ -22,8 +22,8 @@ import (
 	"github.com/outboxkit/outbox/dispatcher/metrics"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/pgtest"
-	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
@@ -245,8 +245,8 @@ func TestMetricsAfterRecordingAndDispatching(t *testing.T) {
 	// look-up finds an object with its key but another amount (held
 	// in_doubt: never adopted); then one payment succeeds and a declined
 	// one fails.
-	ns, key := testkit.ProviderKey(t, pool, "metrics:order-1:payment", 255)
-	testkit.ForeignPaymentIntent(t, sd, ns, key, 1, 999, "cus_1")
+	ns, key := fixture.ProviderKey(t, pool, "metrics:order-1:payment", 255)
+	fixture.ForeignPaymentIntent(t, sd, ns, key, 1, 999, "cus_1")
 	sd.Faults().Push(fault.Fault{Kind: fault.ErrorBefore, Status: 500})
 	d, err := dispatcher.New(pool, &dispatcher.Config{
 		Providers: stripeOnly, Observer: m, CallTimeout: 2 * time.Second,

@@ -13,8 +13,8 @@ import (
 
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/amqpconsumer"
-	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/amqpprovider"
 )

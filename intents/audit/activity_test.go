@@ -14,7 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/internal/intentstore"
-	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 // activityFixtureSQL stores an intent with the given state and times, as

@@ -13,8 +13,8 @@ import (
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
-	"github.com/outboxkit/outbox/internal/pgtest"
-	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
@@ -40,7 +40,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	rec, reg := testkit.Client(t, pool)
+	rec, reg := fixture.Client(t, pool)
 	return &testBundle{pool: pool, registry: reg, recorder: rec, store: audit.New(pool, reg)}
 }
 

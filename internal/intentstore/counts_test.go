@@ -13,8 +13,8 @@ import (
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
-	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 var countKinds = []string{"stripe.payment_intent", "sendgrid.email", "webhook.post"}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 // collectIDs does not depend on the order the rows come back in: keys out

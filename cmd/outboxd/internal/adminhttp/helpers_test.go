@@ -20,8 +20,8 @@ import (
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
-	"github.com/outboxkit/outbox/internal/pgtest"
-	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 // testToken is the admin token of servers that need one: recognisable, so
@@ -94,7 +94,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	if pool == nil {
 		pool, _ = pgtest.NewDB(t)
 	}
-	client, reg := testkit.Client(t, pool)
+	client, reg := fixture.Client(t, pool)
 	gatherer := prometheus.NewRegistry()
 	probe := prometheus.NewCounter(prometheus.CounterOpts{Name: "adminhttp_test_probe_total", Help: "A counter only the test registers."})
 	probe.Add(3)

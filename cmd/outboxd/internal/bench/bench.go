@@ -87,7 +87,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/dispatcher"
-	"github.com/outboxkit/outbox/internal/pgadmin"
+	"github.com/outboxkit/outbox/internal/testkit/pgadmin"
 	"github.com/outboxkit/outbox/migrations"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/bench"
-	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 // smokeRun runs cfg's scenarios with SmokeSizes on the test server and

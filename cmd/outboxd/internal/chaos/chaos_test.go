@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/chaos"
-	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 // buildOutboxd builds ./cmd/outboxd with `go build` into a test directory,

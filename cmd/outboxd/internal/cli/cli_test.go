@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/cli"
-	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/migrations"
 	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 // A refund recorded by `outboxd record` after its charge waits for it, and

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/cli"
-	"github.com/outboxkit/outbox/internal/pgtest"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 // pretty re-indents one input value as jq and json.MarshalIndent print it.

@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/outboxkit/outbox/intents"
-	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
 )
 
 // TestRunExportsTracesOverOTLP: with OTEL_EXPORTER_OTLP_ENDPOINT set,
@@ -40,7 +40,7 @@ func TestRunExportsTracesOverOTLP(t *testing.T) {
 
 	rd := startRunWith(t, secretStripeKey, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL, "OTEL_SERVICE_NAME": "outboxd-test"},
 		append(fastRunFlags, "--admin-addr", "")...)
-	client, err := intents.NewClient(rd.pool, &intents.Config{Providers: testkit.Registry(t)})
+	client, err := intents.NewClient(rd.pool, &intents.Config{Providers: fixture.Registry(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents"
-	"github.com/outboxkit/outbox/internal/pgadmin"
+	"github.com/outboxkit/outbox/internal/testkit/pgadmin"
 	"github.com/outboxkit/outbox/migrations"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"

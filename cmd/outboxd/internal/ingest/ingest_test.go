@@ -9,8 +9,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
-	"github.com/outboxkit/outbox/internal/pgtest"
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
 type countingObserver struct{ byKind map[string]int }
@@ -23,7 +24,7 @@ func (o *countingObserver) IntentsRecorded(kind string, n int) { o.byKind[kind] 
 func TestRecordJSONNamesTheFieldAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	client, _ := testkit.Client(t, pool)
+	client, _ := fixture.Client(t, pool)
 	obs := &countingObserver{byKind: map[string]int{}}
 	rec := ingest.New(client, obs)
 	ctx := context.Background()
@@ -84,7 +85,7 @@ func TestRecordJSONNamesTheFieldAndWritesNothing(t *testing.T) {
 func TestBadBytesAreRefusedInEveryField(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	client, _ := testkit.Client(t, pool)
+	client, _ := fixture.Client(t, pool)
 	rec := ingest.New(client, nil)
 	ctx := context.Background()
 	const (

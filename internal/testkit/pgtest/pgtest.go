@@ -28,7 +28,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/outboxkit/outbox/internal/pgadmin"
+	"github.com/outboxkit/outbox/internal/testkit/pgadmin"
 	"github.com/outboxkit/outbox/migrations"
 )
 

@@ -300,6 +300,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	for _, name := range cfg.Peers {
+		if contains(UnlinkedPeers(), name) {
+			return nil, fmt.Errorf("bench: peer %q is not in this binary: build it with -tags benchpeers (make bench does)", name)
+		}
 		if !contains(Peers(), name) {
 			return nil, fmt.Errorf("bench: unknown peer %q (want one of %s)", name, strings.Join(Peers(), ", "))
 		}

@@ -473,10 +473,16 @@ func xactCommits(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	return n, err
 }
 
-// e2ePeers are the systems compared end to end, this module first.
+// e2ePeers are the systems compared end to end, this module first, then
+// River (a dependency of the module itself), then those linked in with
+// -tags benchpeers.
 func e2ePeers() []e2ePeer {
-	return []e2ePeer{outboxPeer(), riverPeer(), watermillPeer(), dbosPeer()}
+	return append([]e2ePeer{outboxPeer(), riverPeer()}, linkedPeers()...)
 }
+
+// UnlinkedPeers lists the peers this binary was built without: Watermill
+// and DBOS, unless it was built with -tags benchpeers as `make bench` does.
+func UnlinkedPeers() []string { return unlinkedPeers() }
 
 // Peers lists the systems the e2e scenario compares this module with.
 func Peers() []string {
@@ -552,6 +558,9 @@ func (r *runner) e2eRows(ctx context.Context) ([]Row, error) {
 				row.Ratio = res.figure() / ours.figure()
 			}
 			rows = append(rows, row)
+		}
+		if missing := UnlinkedPeers(); len(missing) > 0 && len(r.cfg.Peers) == 0 {
+			rows[oursRow].Note += fmt.Sprintf(" Not in this binary: %s (built without -tags benchpeers; make bench builds with it).", strings.Join(missing, ", "))
 		}
 	}
 	return rows, nil

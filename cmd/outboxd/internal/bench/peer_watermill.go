@@ -1,3 +1,5 @@
+//go:build benchpeers
+
 package bench
 
 import (

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -62,7 +63,7 @@ makes the command exit 1.`, env)
 	registerDatabaseFlag(fs, env, &dbURL)
 	out := fs.String("out", "", "also write the table to this file")
 	only := fs.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(bench.Scenarios(), ", "))
-	peers := fs.String("peers", "", "comma-separated peers the e2e scenario compares with (default all): "+strings.Join(bench.Peers(), ", "))
+	peers := fs.String("peers", "", "comma-separated peers the e2e scenario compares with (default all): "+strings.Join(bench.Peers(), ", ")+peersNotLinked())
 	smoke := fs.Bool("smoke", false, "run every scenario with tiny sizes, to check that it works")
 	quick := fs.Bool("quick", false, "run every scenario with smaller sizes, for development (noisier figures)")
 	strict := fs.Bool("strict", false, "exit 1 when a target is missed")
@@ -97,11 +98,10 @@ makes the command exit 1.`, env)
 	if *peers != "" {
 		for _, p := range strings.Split(*peers, ",") {
 			p = strings.TrimSpace(p)
-			known := false
-			for _, k := range bench.Peers() {
-				known = known || k == p
+			if slices.Contains(bench.UnlinkedPeers(), p) {
+				return usageErrorf("--peers: %s is not in this binary: build outboxd with -tags benchpeers (make bench does)", p)
 			}
-			if !known {
+			if !slices.Contains(bench.Peers(), p) {
 				return usageErrorf("--peers: unknown peer %q (want %s)", p, strings.Join(bench.Peers(), ", "))
 			}
 			peerList = append(peerList, p)
@@ -166,4 +166,12 @@ makes the command exit 1.`, env)
 		return errors.New("some targets were missed (see the table)")
 	}
 	return nil
+}
+
+// peersNotLinked tells --help which peers need a build with -tags benchpeers.
+func peersNotLinked() string {
+	if missing := bench.UnlinkedPeers(); len(missing) > 0 {
+		return "; " + strings.Join(missing, ", ") + " only in a build with -tags benchpeers (make bench)"
+	}
+	return ""
 }

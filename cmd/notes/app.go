@@ -17,7 +17,6 @@ import (
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/amqpconsumer"
-	"github.com/outboxkit/outbox/internal/testkit/pgadmin"
 	"github.com/outboxkit/outbox/migrations"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/amqpprovider"
@@ -73,16 +72,13 @@ func start(ctx context.Context, o options, log *slog.Logger, progress io.Writer)
 	if dbURL == "" {
 		a.dbName = "notes_example_" + a.runID
 		fmt.Fprintf(progress, "creating scratch database %s\n", a.dbName)
-		if err := pgadmin.CreateDatabase(ctx, o.serverURL, a.dbName, ""); err != nil {
+		if dbURL, err = createScratchDatabase(ctx, o.serverURL, a.dbName); err != nil {
 			return a, fmt.Errorf("%w (is PostgreSQL running at DATABASE_URL?)", err)
 		}
 		if !o.keepDatabase {
 			a.onClose("drop database "+a.dbName, func(ctx context.Context) error {
-				return pgadmin.DropDatabase(ctx, o.serverURL, a.dbName)
+				return dropScratchDatabase(ctx, o.serverURL, a.dbName)
 			})
-		}
-		if dbURL, err = pgadmin.WithDatabase(o.serverURL, a.dbName); err != nil {
-			return a, err
 		}
 	}
 	poolCfg, err := pgxpool.ParseConfig(dbURL)

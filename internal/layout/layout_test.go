@@ -95,10 +95,12 @@ var rules = []rule{
 		allowed: func(_, imp string) bool { return under(imp, "providers") || imp == "internal/scrub" },
 	},
 	{
-		name:    "providers' tests know nothing of recording or running intents",
-		covers:  func(p string) bool { return under(p, "providers") },
-		allowed: func(_, imp string) bool { return under(imp, "providers") || under(imp, "internal/testkit") || imp == "internal/scrub" },
-		tests:   true,
+		name:   "providers' tests know nothing of recording or running intents",
+		covers: func(p string) bool { return under(p, "providers") },
+		allowed: func(_, imp string) bool {
+			return under(imp, "providers") || imp == "internal/testkit" || imp == "internal/scrub"
+		},
+		tests: true,
 	},
 	{
 		name:    "recording never imports running",

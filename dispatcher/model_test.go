@@ -510,7 +510,9 @@ func (env *modelEnv) newCase(t *rapid.T) *model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.ops = audit.New(env.pool, reg)
+	if m.ops, err = audit.New(env.pool, reg); err != nil {
+		t.Fatal(err)
+	}
 	m.d, err = New(env.pool, &Config{
 		Providers:       reg,
 		CallTimeout:     modelCallTimeout,

@@ -103,7 +103,7 @@ func TestRefundAfterADeclinedChargeIsCancelledAndNeverSent(t *testing.T) {
 		t.Fatalf("the double has %d refunds, want none", n)
 	}
 	// An operator sees it: the audit's detail has the reason.
-	d, err := audit.New(b.pool, b.registry).Get(context.Background(), strconv.FormatInt(refund, 10))
+	d, err := fixture.Audit(t, b.pool, b.registry).Get(context.Background(), strconv.FormatInt(refund, 10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestDependentWaitsForAnInDoubtPredecessorUntilAnOperatorResolvesIt(t *testi
 	if s := b.intent(t, refund); s.State != intenttype.StateWaiting || len(b.stripe.Refunds()) != 0 {
 		t.Fatalf("refund = %+v with %d refunds at the double while its predecessor is in_doubt, want waiting and none", s, len(b.stripe.Refunds()))
 	}
-	if _, err := audit.New(b.pool, b.registry).Resolve(context.Background(), email, intenttype.StateSucceeded, "operator:ann", "found it in the activity feed"); err != nil {
+	if _, err := fixture.Audit(t, b.pool, b.registry).Resolve(context.Background(), email, intenttype.StateSucceeded, "operator:ann", "found it in the activity feed"); err != nil {
 		t.Fatal(err)
 	}
 	if s := b.waitDone(t, refund); s.State != intenttype.StateSucceeded || b.stripe.RefundsFor(refund) != 1 {
@@ -179,7 +179,7 @@ func TestResolvedWithAProviderReferenceReleasesWhatFillsFromIt(t *testing.T) {
 			if withRef {
 				action.ProviderRef = pi
 			}
-			if _, err := audit.New(b.pool, b.registry).Act(context.Background(), action); err != nil {
+			if _, err := fixture.Audit(t, b.pool, b.registry).Act(context.Background(), action); err != nil {
 				t.Fatal(err)
 			}
 			r := b.waitDone(t, refund)

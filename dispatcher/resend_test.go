@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
 
@@ -54,7 +54,7 @@ func TestOperatorResendIsPerformedWithAFreshBudgetAndKey(t *testing.T) {
 	b.start(t, cfg)
 	for _, tc := range cases {
 		id := tc.id
-		store := audit.New(b.pool, b.registry)
+		store := fixture.Audit(t, b.pool, b.registry)
 		if _, err := store.Resend(ctx, id, "alice", "no PaymentIntent in the dashboard"); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

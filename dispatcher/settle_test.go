@@ -11,6 +11,7 @@ import (
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
@@ -37,7 +38,7 @@ func TestOperatorCannotCancelDuringACall(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	store := audit.New(b.pool, b.registry)
+	store := fixture.Audit(t, b.pool, b.registry)
 	_, err := store.Cancel(ctx, id, "alice", "changed my mind")
 	var te *audit.TransitionError
 	if !errors.As(err, &te) || te.From != intenttype.StateDispatching {
@@ -72,7 +73,7 @@ func TestCancelRefusedOnceAnAttemptMayHaveActed(t *testing.T) {
 	if n := b.stripe.EffectsFor(id); n != 1 {
 		t.Fatalf("Stripe double has %d PaymentIntents after the lost response, want 1", n)
 	}
-	store := audit.New(b.pool, b.registry)
+	store := fixture.Audit(t, b.pool, b.registry)
 	_, err := store.Cancel(ctx, id, "alice", "changed my mind")
 	var te *audit.TransitionError
 	if !errors.As(err, &te) || te.From != intenttype.StatePending {

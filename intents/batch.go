@@ -128,7 +128,7 @@ func (c *Client) ConsumeBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message, 
 	if err == nil && pi.len() > 0 {
 		b := &pgx.Batch{}
 		c.queueInsert(b, &pi)
-		err = mapInsertError(tx.SendBatch(ctx, b).Close())
+		err = intentstore.MapInsertError(tx.SendBatch(ctx, b).Close())
 	}
 	endSpan(span, err)
 	if err != nil {
@@ -259,7 +259,7 @@ func (c *Client) batchOnce(ctx context.Context, msgs []Message, handler BatchHan
 		return nil
 	})
 	if err := tx.SendBatch(ctx, last).Close(); err != nil {
-		return batchPlan{}, mapInsertError(err)
+		return batchPlan{}, intentstore.MapInsertError(err)
 	}
 	return plan, nil
 }

@@ -207,7 +207,7 @@ func (c *Client) inTx(ctx context.Context, marker *Message, fn func(tx pgx.Tx, b
 		return nil
 	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return mapInsertError(err)
+		return intentstore.MapInsertError(err)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package intents
 import (
 	"errors"
 	"fmt"
+
+	"github.com/outboxkit/outbox/intents/intenttype"
 )
 
 // ErrInvalidMessage is wrapped by errors about a message's consumer name or
@@ -16,8 +18,9 @@ var ErrInvalidIntent = errors.New("invalid intent")
 // Config.MaxPayloadBytes.
 var ErrPayloadTooLarge = errors.New("payload too large")
 
-// ErrDuplicateKey is wrapped by a *DuplicateKeyError.
-var ErrDuplicateKey = errors.New("an intent with this idempotency key already exists")
+// ErrDuplicateKey is wrapped by a *DuplicateKeyError
+// (intenttype.ErrDuplicateKey).
+var ErrDuplicateKey = intenttype.ErrDuplicateKey
 
 // IntentError says which recorded intent was refused and why. It wraps the
 // cause: a *providers.PayloadError naming the field, providers.ErrUnknownKind,
@@ -43,16 +46,9 @@ func (e *IntentError) Error() string {
 func (e *IntentError) Unwrap() []error { return []error{e.Err, ErrInvalidIntent} }
 
 // DuplicateKeyError is returned when an intent's idempotency key is already
-// taken. The transaction is rolled back.
-type DuplicateKeyError struct {
-	Key string
-}
-
-func (e *DuplicateKeyError) Error() string {
-	return fmt.Sprintf("%s: %q", ErrDuplicateKey, e.Key)
-}
-
-func (e *DuplicateKeyError) Unwrap() error { return ErrDuplicateKey }
+// taken. The transaction is rolled back. Defined in intenttype, the leaf the
+// store shares.
+type DuplicateKeyError = intenttype.DuplicateKeyError
 
 // PanicError is returned by Consume when the handler panicked. The
 // transaction was rolled back; the message can be redelivered.

@@ -293,18 +293,9 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, msg *Message, prepared [
 	var pi pendingInsert
 	pi.add(ctx, msg, prepared, actor)
 	if err := c.store.InsertTx(ctx, tx, &pi.batch); err != nil {
-		return nil, mapInsertError(err)
+		return nil, intentstore.MapInsertError(err)
 	}
 	return pi.recorded(0, pi.len()), nil
-}
-
-func mapInsertError(err error) error {
-	err = intentstore.MapInsertError(err)
-	var dup *intentstore.DuplicateKeyError
-	if errors.As(err, &dup) {
-		return &DuplicateKeyError{Key: dup.Key}
-	}
-	return err
 }
 
 func printable(s string) bool {

@@ -13,19 +13,19 @@ import (
 	"github.com/outboxkit/outbox/internal/intentstore"
 )
 
-// ActionKind names an operator action; see intentstore.ActionKind.
-type ActionKind = intentstore.ActionKind
+// ActionKind names an operator action; see intenttype.ActionKind.
+type ActionKind = intenttype.ActionKind
 
 // The operator actions the state diagram allows.
 const (
 	// ActionResend moves an in_doubt intent back to pending under a new key
 	// generation, with a fresh attempt budget, and enqueues its job.
-	ActionResend = intentstore.ActionResend
+	ActionResend = intenttype.ActionResend
 	// ActionCancel moves a pending intent that no attempt may have reached
 	// the provider for to cancelled.
-	ActionCancel = intentstore.ActionCancel
+	ActionCancel = intenttype.ActionCancel
 	// ActionResolve settles an in_doubt intent as succeeded or failed.
-	ActionResolve = intentstore.ActionResolve
+	ActionResolve = intenttype.ActionResolve
 )
 
 // Action is one operator action, for Act. Resend, Cancel and Resolve are
@@ -104,9 +104,6 @@ func (s *Store) Act(ctx context.Context, a Action) (intenttype.Intent, error) {
 	if err != nil {
 		return intenttype.Intent{}, err
 	}
-	if s.storeErr != nil {
-		return intenttype.Intent{}, fmt.Errorf("audit: %w", s.storeErr)
-	}
 	err = s.store.Act(ctx, intentstore.OperatorAction{
 		Kind: a.Kind, IntentID: a.IntentID, To: a.As, Actor: actor, Reason: a.Reason, IfState: a.IfState, ProviderRef: a.ProviderRef,
 	})
@@ -114,8 +111,8 @@ func (s *Store) Act(ctx context.Context, a Action) (intenttype.Intent, error) {
 	if errors.As(err, &te) {
 		return intenttype.Intent{}, err
 	}
-	if errors.Is(err, intentstore.ErrNotFound) {
-		return intenttype.Intent{}, fmt.Errorf("%w: no intent has id %d", ErrNotFound, a.IntentID)
+	if errors.Is(err, ErrNotFound) {
+		return intenttype.Intent{}, err
 	}
 	if err != nil {
 		return intenttype.Intent{}, fmt.Errorf("audit: %s intent %d: %w", a.Kind, a.IntentID, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
@@ -34,7 +35,7 @@ func activityStores(t *testing.T) (*pgxpool.Pool, *audit.Store, *intentstore.Sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pool, audit.New(pool, nil), intentStore
+	return pool, fixture.Audit(t, pool, nil), intentStore
 }
 
 // TestActivityRollUpCountsAsTheIntentsDo is a property test of the activity

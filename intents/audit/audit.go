@@ -65,8 +65,9 @@ const (
 // log, so operators' events are told apart from the dispatcher's.
 const ActorPrefix = "operator:"
 
-// ErrNotFound is returned when no intent has the given id or key.
-var ErrNotFound = errors.New("intent not found")
+// ErrNotFound is returned when no intent has the given id or key
+// (intenttype.ErrNotFound).
+var ErrNotFound = intenttype.ErrNotFound
 
 // ErrInvalidFilter is wrapped by errors about a filter or page request
 // (always a *FieldError naming the Filter field).
@@ -106,8 +107,8 @@ func inputError(field, format string, args ...any) error {
 // intent, say), for an intent whose attempt is in flight, for a cancel of an
 // intent that an attempt may have reached the provider for, or, for an
 // Action with IfState, when the intent is no longer in that state. Nothing
-// is changed.
-type TransitionError = intentstore.TransitionError
+// is changed. Defined in intenttype, the leaf the store shares.
+type TransitionError = intenttype.TransitionError
 
 // Filter selects intents for List. Zero fields do not filter; fields that
 // are set must all match.
@@ -183,18 +184,18 @@ type Store struct {
 	pool     *pgxpool.Pool
 	registry *providers.Registry
 	// store carries out the operator actions.
-	store    *intentstore.Store
-	storeErr error
+	store *intentstore.Store
 }
 
 // New returns a Store on the database behind pool, which must have been
 // migrated (outboxd migrate). registry redacts payloads; an intent whose
 // provider is not registered (or every intent, with a nil registry) has its
-// payload replaced by {"redacted":"provider not configured"}.
-func New(pool *pgxpool.Pool, registry *providers.Registry) *Store {
-	s := &Store{pool: pool, registry: registry}
-	// Its configuration is constant, so it cannot fail in practice; if it
-	// does, every action reports it.
-	s.store, s.storeErr = intentstore.New(pool, nil)
-	return s
+// payload replaced by {"redacted":"provider not configured"}. A nil pool is
+// an error.
+func New(pool *pgxpool.Pool, registry *providers.Registry) (*Store, error) {
+	store, err := intentstore.New(pool, nil)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	return &Store{pool: pool, registry: registry, store: store}, nil
 }

@@ -41,7 +41,11 @@ func ExampleStore_Cancel() {
 		return
 	}
 
-	store := audit.New(pool, registry)
+	store, err := audit.New(pool, registry)
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
 	page, _ := store.List(ctx, audit.Filter{Reference: "order-42", States: []intenttype.State{intenttype.StatePending}})
 	id := page.Intents[0].ID
 	if _, err := store.Cancel(ctx, id, "ann", "order withdrawn before dispatch"); err != nil {

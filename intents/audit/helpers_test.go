@@ -41,7 +41,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
 	rec, reg := fixture.Client(t, pool)
-	return &testBundle{pool: pool, registry: reg, recorder: rec, store: audit.New(pool, reg)}
+	return &testBundle{pool: pool, registry: reg, recorder: rec, store: fixture.Audit(t, pool, reg)}
 }
 
 // record records one intent for message (consumer, messageID) and returns

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
@@ -326,7 +327,7 @@ func TestPayloadsAreRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, store := range map[string]*audit.Store{"stripe only": audit.New(b.pool, stripeOnly), "nil registry": audit.New(b.pool, nil)} {
+	for name, store := range map[string]*audit.Store{"stripe only": fixture.Audit(t, b.pool, stripeOnly), "nil registry": fixture.Audit(t, b.pool, nil)} {
 		d, err := store.Get(ctx, fmt.Sprint(email))
 		if err != nil {
 			t.Fatal(err)

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/intents/intenttype"
 )
 
 // RevealReasonPrefix starts the reason of the event Reveal appends.
-const RevealReasonPrefix = intentstore.RevealReasonPrefix
+const RevealReasonPrefix = intenttype.RevealReasonPrefix
 
 // Reveal returns one intent as Get does, but with its payload unredacted
 // (the recipient an operator must look up at the provider, say), after
@@ -28,16 +28,13 @@ func (s *Store) Reveal(ctx context.Context, idOrKey, actor, reason string) (Deta
 	if err != nil {
 		return Detail{}, err
 	}
-	if s.storeErr != nil {
-		return Detail{}, fmt.Errorf("audit: %w", s.storeErr)
-	}
 	d, err := s.Get(ctx, idOrKey)
 	if err != nil {
 		return Detail{}, err
 	}
 	if _, err := s.store.RecordReveal(ctx, d.Intent.ID, recorded, reason); err != nil {
-		if errors.Is(err, intentstore.ErrNotFound) {
-			return Detail{}, fmt.Errorf("%w: no intent has id %d", ErrNotFound, d.Intent.ID)
+		if errors.Is(err, ErrNotFound) {
+			return Detail{}, err
 		}
 		return Detail{}, fmt.Errorf("audit: reveal intent %d: %w", d.Intent.ID, err)
 	}

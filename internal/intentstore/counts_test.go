@@ -105,8 +105,8 @@ func TestFinishedCountsStayExactUnderConcurrentTransitions(t *testing.T) {
 	// refusals (it moved meanwhile) are part of the race.
 	operate := func(a intentstore.OperatorAction) error {
 		err := store.Act(ctx, a)
-		var refused *intentstore.TransitionError
-		if errors.As(err, &refused) || errors.Is(err, intentstore.ErrNotFound) {
+		var refused *intenttype.TransitionError
+		if errors.As(err, &refused) || errors.Is(err, intenttype.ErrNotFound) {
 			return nil
 		}
 		return err
@@ -143,7 +143,7 @@ func TestFinishedCountsStayExactUnderConcurrentTransitions(t *testing.T) {
 		case 1: // a worker races an operator's cancel
 			first = func() error { return drive(id, intenttype.StateSucceeded) }
 			second = func() error {
-				return operate(intentstore.OperatorAction{Kind: intentstore.ActionCancel, IntentID: id, Actor: "operator:ann", Reason: "race"})
+				return operate(intentstore.OperatorAction{Kind: intenttype.ActionCancel, IntentID: id, Actor: "operator:ann", Reason: "race"})
 			}
 		case 2: // in_doubt, then an operator's resolve races a look-up's settlement
 			if err := drive(id, intenttype.StateInDoubt); err != nil {
@@ -154,7 +154,7 @@ func TestFinishedCountsStayExactUnderConcurrentTransitions(t *testing.T) {
 				t.Fatal(err)
 			}
 			first = func() error {
-				return operate(intentstore.OperatorAction{Kind: intentstore.ActionResolve, IntentID: id, To: intenttype.StateSucceeded, Actor: "operator:ann", Reason: "found it"})
+				return operate(intentstore.OperatorAction{Kind: intenttype.ActionResolve, IntentID: id, To: intenttype.StateSucceeded, Actor: "operator:ann", Reason: "found it"})
 			}
 			second = func() error {
 				_, err := store.Settle(ctx, intentstore.Settlement{Row: row, From: intenttype.StateInDoubt, To: intenttype.StateFailed, Reason: "refused"})
@@ -165,7 +165,7 @@ func TestFinishedCountsStayExactUnderConcurrentTransitions(t *testing.T) {
 				t.Fatal(err)
 			}
 			first = func() error {
-				if err := operate(intentstore.OperatorAction{Kind: intentstore.ActionResend, IntentID: id, Actor: "operator:ann", Reason: "checked"}); err != nil {
+				if err := operate(intentstore.OperatorAction{Kind: intenttype.ActionResend, IntentID: id, Actor: "operator:ann", Reason: "checked"}); err != nil {
 					return err
 				}
 				return drive(id, intenttype.StateSucceeded)

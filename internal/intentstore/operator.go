@@ -5,46 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 )
 
-// ActionKind names an operator action.
-type ActionKind string
-
-// The operator actions the state diagram allows.
-const (
-	// ActionResend moves an in_doubt intent back to pending, under a new key
-	// generation and with a fresh attempt budget, and enqueues its job.
-	ActionResend ActionKind = "resend"
-	// ActionCancel moves a pending intent that no attempt may have reached
-	// the provider for to cancelled.
-	ActionCancel ActionKind = "cancel"
-	// ActionResolve settles an in_doubt intent as succeeded or failed.
-	ActionResolve ActionKind = "resolve"
-)
-
-// AllowedFrom returns the states an action is allowed from, by the state
-// diagram (intenttype.Transitions); nil for an unknown action.
-func (k ActionKind) AllowedFrom() []intenttype.State {
-	switch k {
-	case ActionResend:
-		return intenttype.OperatorFrom(intenttype.StatePending)
-	case ActionResolve:
-		return intenttype.OperatorFrom(intenttype.StateSucceeded)
-	case ActionCancel:
-		return intenttype.OperatorFrom(intenttype.StateCancelled)
-	}
-	return nil
-}
-
 // OperatorAction is one operator action, already validated by the caller
 // (package audit checks actor and reason).
 type OperatorAction struct {
-	Kind     ActionKind
+	Kind     intenttype.ActionKind
 	IntentID int64
 	// To is the state Resolve settles the intent in.
 	To intenttype.State
@@ -60,50 +30,11 @@ type OperatorAction struct {
 	ProviderRef string
 }
 
-// TransitionError is returned for an operator action the state diagram does
-// not allow from the intent's current state, for an intent whose attempt is
-// in flight, for a cancel of an intent an attempt may have reached the
-// provider for, or, with IfState, for an intent no longer in that state.
-// Nothing is changed.
-type TransitionError struct {
-	// IntentID is the intent acted on.
-	IntentID int64
-	// From is the intent's state when the action found it.
-	From intenttype.State
-	// Action is "resend", "cancel" or "resolve".
-	Action string
-	// Allowed lists the states the action is allowed from.
-	Allowed []intenttype.State
-	// Expected is the action's IfState when that precondition failed.
-	Expected intenttype.State
-	// Why explains a refusal the states alone do not (an attempt that may
-	// have acted).
-	Why string
-}
-
-func (e *TransitionError) Error() string {
-	if e.Expected != "" {
-		return fmt.Sprintf("cannot %s intent %d: it is %s, not %s as expected (it changed meanwhile)", e.Action, e.IntentID, e.From, e.Expected)
-	}
-	if e.Why != "" && slices.Contains(e.Allowed, e.From) {
-		return fmt.Sprintf("cannot %s intent %d: it is %s, but %s", e.Action, e.IntentID, e.From, e.Why)
-	}
-	allowed := make([]string, len(e.Allowed))
-	for i, s := range e.Allowed {
-		allowed[i] = string(s)
-	}
-	msg := fmt.Sprintf("cannot %s intent %d: it is %s, and %s is allowed only from %s", e.Action, e.IntentID, e.From, e.Action, strings.Join(allowed, " or "))
-	if e.Why != "" {
-		msg += " (" + e.Why + ")"
-	}
-	return msg
-}
-
 // Act carries out an operator action in one transaction: it locks the
 // intent's row, checks the transition against the state diagram and the
 // guards, updates the intent, appends an event with the actor and reason,
 // and for a resend enqueues the dispatch job (not worked before the commit,
-// gone if it rolls back). It returns ErrNotFound, a *TransitionError, or a
+// gone if it rolls back). It returns intenttype.ErrNotFound, a *intenttype.TransitionError, or a
 // database error; in every error case nothing is changed.
 //
 // An intent in flight (dispatching) is refused: the operator waits for the
@@ -131,12 +62,12 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 		var mayHaveActed bool
 		err := tx.QueryRow(ctx, lockForOperatorSQL, pgx.NamedArgs{"id": a.IntentID}).Scan(&current, &mayHaveActed)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: no intent has id %d", ErrNotFound, a.IntentID)
+			return fmt.Errorf("%w: no intent has id %d", intenttype.ErrNotFound, a.IntentID)
 		}
 		if err != nil {
 			return err
 		}
-		refuse := &TransitionError{IntentID: a.IntentID, From: current, Action: string(a.Kind), Allowed: allowed}
+		refuse := &intenttype.TransitionError{IntentID: a.IntentID, From: current, Action: string(a.Kind), Allowed: allowed}
 		switch {
 		case a.IfState != "" && current != a.IfState:
 			refuse.Expected = a.IfState
@@ -146,15 +77,15 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 				refuse.Why = "an attempt is in flight: wait for its outcome"
 			}
 			return refuse
-		case a.Kind == ActionCancel && mayHaveActed:
+		case a.Kind == intenttype.ActionCancel && mayHaveActed:
 			refuse.Why = "an earlier attempt may have reached the provider, so it cannot be cancelled as if nothing happened: it will end succeeded, or in_doubt for an operator to resolve"
 			return refuse
 		}
 		to := intenttype.StateCancelled
 		switch a.Kind {
-		case ActionResend:
+		case intenttype.ActionResend:
 			to = intenttype.StatePending
-		case ActionResolve:
+		case intenttype.ActionResolve:
 			to = a.To
 		}
 		if !intenttype.CanTransition(current, to, intenttype.ActorOperator) {
@@ -165,7 +96,7 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 		if a.ProviderRef != "" && to == intenttype.StateSucceeded {
 			ref = &a.ProviderRef
 		}
-		if a.Kind == ActionResend {
+		if a.Kind == intenttype.ActionResend {
 			_, err = tx.Exec(ctx, resendSQL, pgx.NamedArgs{"id": a.IntentID})
 		} else {
 			_, err = tx.Exec(ctx, finishSQL, pgx.NamedArgs{"id": a.IntentID, "to": to, "provider_ref": ref})
@@ -180,7 +111,7 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 		if _, err := tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": reason}); err != nil {
 			return err
 		}
-		if a.Kind == ActionResend {
+		if a.Kind == intenttype.ActionResend {
 			return s.EnqueueTx(ctx, tx, []int64{a.IntentID})
 		}
 		if err := s.orderSettledTx(ctx, tx, a.IntentID); err != nil {
@@ -193,19 +124,16 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 	})
 }
 
-// RevealReasonPrefix starts the reason of the event RecordReveal appends.
-const RevealReasonPrefix = "revealed payload: "
-
 // RecordReveal appends to the intent's event log that actor was shown its
 // unredacted payload, and why: an event whose from and to states are both
-// the intent's current state, with reason RevealReasonPrefix+reason. The
+// the intent's current state, with reason intenttype.RevealReasonPrefix+reason. The
 // intent itself is not changed. The caller validates actor and reason.
-// No such intent: ErrNotFound.
+// No such intent: intenttype.ErrNotFound.
 func (s *Store) RecordReveal(ctx context.Context, id int64, actor, reason string) (intenttype.State, error) {
 	var state intenttype.State
-	err := s.pool.QueryRow(ctx, insertRevealEventSQL, pgx.NamedArgs{"id": id, "actor": actor, "reason": RevealReasonPrefix + reason}).Scan(&state)
+	err := s.pool.QueryRow(ctx, insertRevealEventSQL, pgx.NamedArgs{"id": id, "actor": actor, "reason": intenttype.RevealReasonPrefix + reason}).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("%w: no intent has id %d", ErrNotFound, id)
+		return "", fmt.Errorf("%w: no intent has id %d", intenttype.ErrNotFound, id)
 	}
 	return state, err
 }

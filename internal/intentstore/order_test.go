@@ -129,7 +129,7 @@ func TestSettlementReleasesAndCancelsWhatWaits(t *testing.T) {
 		t.Fatalf("f = %s, want recorded cancelled", s)
 	}
 	countsExact("after f was recorded cancelled")
-	if err := store.Act(ctx, intentstore.OperatorAction{Kind: intentstore.ActionCancel, IntentID: more.IDs[1], Actor: "operator:test", Reason: "test"}); err != nil {
+	if err := store.Act(ctx, intentstore.OperatorAction{Kind: intenttype.ActionCancel, IntentID: more.IDs[1], Actor: "operator:test", Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if s, _, _ := state(more.IDs[2]); s != intenttype.StateCancelled {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxkit/outbox/intents/intenttype"
 )
 
 // NewIntent is one intent to store, validated and keyed by the caller.
@@ -193,24 +194,15 @@ func (ib *InsertBatch) collectIDs(rows pgx.Rows) error {
 }
 
 // InsertTx stores ib's intents with their events and dispatch jobs in tx,
-// in one round trip. A key already stored is a *DuplicateKeyError.
+// in one round trip. A key already stored is a *intenttype.DuplicateKeyError.
 func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, ib *InsertBatch) error {
 	b := &pgx.Batch{}
 	s.QueueInsert(b, ib)
 	return MapInsertError(tx.SendBatch(ctx, b).Close())
 }
 
-// DuplicateKeyError is returned when an intent's key is already stored.
-type DuplicateKeyError struct {
-	Key string
-}
-
-func (e *DuplicateKeyError) Error() string {
-	return fmt.Sprintf("an intent with idempotency key %q already exists", e.Key)
-}
-
 // MapInsertError turns the unique violation of an intent's key into a
-// *DuplicateKeyError and wraps anything else; nil stays nil.
+// *intenttype.DuplicateKeyError and wraps anything else; nil stays nil.
 func MapInsertError(err error) error {
 	if err == nil {
 		return nil
@@ -222,7 +214,7 @@ func MapInsertError(err error) error {
 		if i, j := strings.Index(key, "=("), strings.LastIndex(key, ") already exists"); i >= 0 && j > i {
 			key = key[i+2 : j]
 		}
-		return &DuplicateKeyError{Key: key}
+		return &intenttype.DuplicateKeyError{Key: key}
 	}
 	return fmt.Errorf("intentstore: insert: %w", err)
 }

@@ -174,6 +174,3 @@ func retryTransient(ctx context.Context, fn func(context.Context) error) error {
 		return err
 	})
 }
-
-// ErrNotFound is returned when no intent has the given id.
-var ErrNotFound = errors.New("intent not found")

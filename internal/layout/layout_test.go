@@ -6,10 +6,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -17,6 +21,8 @@ import (
 const module = "github.com/outboxkit/outbox/"
 
 type pkg struct {
+	Dir          string
+	GoFiles      []string
 	ImportPath   string
 	Imports      []string
 	TestImports  []string
@@ -53,7 +59,7 @@ func goList(t *testing.T, args ...string) []byte {
 
 func packages(t *testing.T) []pkg {
 	t.Helper()
-	out := goList(t, "-tags", "benchpeers", "-json=ImportPath,Imports,TestImports,XTestImports", "./...")
+	out := goList(t, "-tags", "benchpeers", "-json=Dir,GoFiles,ImportPath,Imports,TestImports,XTestImports", "./...")
 	var pkgs []pkg
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
@@ -193,6 +199,67 @@ func TestOutboxdLinksNoBenchmarkPeer(t *testing.T) {
 	for _, d := range deps {
 		if strings.Contains(d, "watermill") || strings.Contains(d, "dbos-inc") {
 			t.Errorf("outboxd links %s", d)
+		}
+	}
+}
+
+// A public package defines what it exports, or aliases the public leaf: an
+// exported alias, constant or variable taken from an internal package would
+// send godoc readers somewhere they cannot import (River's rivertype
+// defines; river aliases).
+func TestPublicPackagesExportNothingFromInternal(t *testing.T) {
+	t.Parallel()
+	for _, p := range packages(t) {
+		from := rel(p.ImportPath)
+		if from == "" || under(from, "cmd") || under(from, "internal") || strings.Contains(from, "/internal") {
+			continue
+		}
+		for _, name := range p.GoFiles {
+			path := filepath.Join(p.Dir, name)
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			internal := map[string]bool{}
+			for _, imp := range f.Imports {
+				ip, _ := strconv.Unquote(imp.Path.Value)
+				if !strings.Contains(ip, "/internal/") {
+					continue
+				}
+				local := ip[strings.LastIndex(ip, "/")+1:]
+				if imp.Name != nil {
+					local = imp.Name.Name
+				}
+				internal[local] = true
+			}
+			fromInternal := func(e ast.Expr) bool {
+				sel, ok := e.(*ast.SelectorExpr)
+				if !ok {
+					return false
+				}
+				id, ok := sel.X.(*ast.Ident)
+				return ok && internal[id.Name]
+			}
+			for _, decl := range f.Decls {
+				gen, ok := decl.(*ast.GenDecl)
+				if !ok {
+					continue
+				}
+				for _, spec := range gen.Specs {
+					switch spec := spec.(type) {
+					case *ast.TypeSpec:
+						if spec.Name.IsExported() && spec.Assign.IsValid() && fromInternal(spec.Type) {
+							t.Errorf("%s: type %s aliases an internal type", path, spec.Name.Name)
+						}
+					case *ast.ValueSpec:
+						for i, n := range spec.Names {
+							if n.IsExported() && i < len(spec.Values) && fromInternal(spec.Values[i]) {
+								t.Errorf("%s: %s is taken from an internal package", path, n.Name)
+							}
+						}
+					}
+				}
+			}
 		}
 	}
 }

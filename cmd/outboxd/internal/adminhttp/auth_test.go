@@ -15,8 +15,8 @@ import (
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
-	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/migrations"
 )
 
@@ -207,7 +207,7 @@ func TestLoopbackRule(t *testing.T) {
 	}
 
 	var pool *pgxpool.Pool // never used: New fails before
-	base := adminhttp.Config{Audit: audit.New(pool, nil), Ingest: ingest.New(nil, nil), Pool: &pgxpool.Pool{}}
+	base := adminhttp.Config{Audit: fixture.Audit(t, pool, nil), Ingest: ingest.New(nil, nil), Pool: &pgxpool.Pool{}}
 	for _, tc := range []struct {
 		name  string
 		cfg   func(c adminhttp.Config) adminhttp.Config

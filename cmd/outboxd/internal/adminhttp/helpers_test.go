@@ -17,7 +17,6 @@ import (
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
-	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/internal/testkit/fixture"
@@ -103,7 +102,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	srv, err := adminhttp.New(adminhttp.Config{
 		Addr:     "127.0.0.1:0",
 		Token:    opts.token,
-		Audit:    audit.New(pool, reg),
+		Audit:    fixture.Audit(t, pool, reg),
 		Ingest:   ingest.New(client, nil),
 		Pool:     pool,
 		Gatherer: gatherer,

@@ -168,7 +168,9 @@ func (r *runner) retainedRows(ctx context.Context) ([]Row, error) {
 	}
 	sides := []*retainedDB{{label: "empty", db: empty}, {label: "retained", db: full}}
 	for _, s := range sides {
-		s.audit = audit.New(s.db.pool, reg)
+		if s.audit, err = audit.New(s.db.pool, reg); err != nil {
+			return nil, err
+		}
 		client, err := r.recordingClient(s.db.pool)
 		if err != nil {
 			return nil, err

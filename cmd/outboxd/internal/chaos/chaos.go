@@ -384,6 +384,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
+	op, err := newOperator(pool, registry, doubles.addrs, cfg.CallTimeout, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	drv.run(runCtx, float64(cfg.Messages)/cfg.Duration.Seconds(), cfg.Consumers, cfg.Seed)
@@ -394,7 +398,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var chaosWG sync.WaitGroup
 	var killErr error
 	var backend backendKiller
-	op := newOperator(pool, registry, doubles.addrs, cfg.CallTimeout, cfg.Logger)
 	chaosWG.Add(4)
 	go func() {
 		defer chaosWG.Done()

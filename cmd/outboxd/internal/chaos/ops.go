@@ -135,8 +135,12 @@ type operator struct {
 	errs []string // the first few errors that were not refusals
 }
 
-func newOperator(pool *pgxpool.Pool, reg *providers.Registry, a DoublesAddrs, callTimeout time.Duration, logger *slog.Logger) *operator {
-	return &operator{pool: pool, audit: audit.New(pool, reg), addrs: a, quiet: absenceSettleTime(callTimeout), logger: logger, n: map[string]int{}}
+func newOperator(pool *pgxpool.Pool, reg *providers.Registry, a DoublesAddrs, callTimeout time.Duration, logger *slog.Logger) (*operator, error) {
+	store, err := audit.New(pool, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &operator{pool: pool, audit: store, addrs: a, quiet: absenceSettleTime(callTimeout), logger: logger, n: map[string]int{}}, nil
 }
 
 func (o *operator) run(ctx context.Context, every time.Duration, rnd *rand.Rand) {

@@ -681,7 +681,12 @@ func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, *pgxpo
 	if err != nil {
 		return nil, nil, err
 	}
-	return audit.New(pool, registry), pool, nil
+	store, err := audit.New(pool, registry)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return store, pool, nil
 }
 
 func filterUsageError(err error) error {

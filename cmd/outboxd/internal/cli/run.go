@@ -283,10 +283,14 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 	if err != nil {
 		return nil, err
 	}
+	store, err := audit.New(p.pool, p.registry)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := adminhttp.New(adminhttp.Config{
 		Addr:     p.addr,
 		Token:    p.token,
-		Audit:    audit.New(p.pool, p.registry),
+		Audit:    store,
 		Ingest:   ingest.New(client, p.metrics),
 		Pool:     p.pool,
 		Gatherer: p.gatherer,

@@ -29,7 +29,11 @@ dispatcher is behind or not running).`, env)
 		return err
 	}
 	defer pool.Close()
-	st, err := audit.New(pool, nil).Stats(ctx)
+	store, err := audit.New(pool, nil)
+	if err != nil {
+		return err
+	}
+	st, err := store.Stats(ctx)
 	if err != nil {
 		return err
 	}

@@ -190,19 +190,18 @@ func (a *app) emailProvider(o options, progress io.Writer) (*sendgridprovider.Pr
 
 // startTagger runs the NoteCreated consumer until close.
 func (a *app) startTagger(o options, log *slog.Logger) error {
-	c, err := amqpconsumer.New(amqpconsumer.Config{
-		Client:              a.client,
-		URL:                 o.amqpURL,
-		Queue:               a.topo.Queue,
-		Consumer:            taggerConsumer,
-		Handler:             tagger(o.from),
-		DeadLetterExchange:  a.topo.DeadLetterExchange,
-		MaxRedeliveries:     3,
-		ReconnectBackoff:    100 * time.Millisecond,
-		ReconnectBackoffMax: 5 * time.Second,
-		ShutdownGrace:       10 * time.Second,
-		AMQPConfig:          a.cutter.amqpConfig(),
-		Logger:              log,
+	c, err := amqpconsumer.New(a.client, &amqpconsumer.Config{
+		URL:                o.amqpURL,
+		Queue:              a.topo.Queue,
+		Consumer:           taggerConsumer,
+		Handler:            tagger(o.from),
+		DeadLetterExchange: a.topo.DeadLetterExchange,
+		MaxDeliver:         4,
+		ReconnectDelay:     100 * time.Millisecond,
+		ReconnectDelayMax:  5 * time.Second,
+		ShutdownGrace:      10 * time.Second,
+		AMQPConfig:         a.cutter.amqpConfig(),
+		Logger:             log,
 	})
 	if err != nil {
 		return err

@@ -20,17 +20,17 @@ const (
 	DefaultPrefetch = 10
 	// DefaultConcurrency is Config.Concurrency's default.
 	DefaultConcurrency = 4
-	// DefaultMaxRedeliveries is Config.MaxRedeliveries's default.
-	DefaultMaxRedeliveries = 5
-	// NoRedeliveryLimit, as Config.MaxRedeliveries, retries a message whose
+	// DefaultMaxDeliver is Config.MaxDeliver's default.
+	DefaultMaxDeliver = 5
+	// NoDeliverLimit, as Config.MaxDeliver, retries a message whose
 	// handler fails forever and never dead-letters it for that reason.
-	NoRedeliveryLimit = -1
+	NoDeliverLimit = -1
 	// DefaultMessageIDHeader is Config.MessageIDHeader's default.
 	DefaultMessageIDHeader = "x-message-id"
-	// DefaultReconnectBackoff is Config.ReconnectBackoff's default.
-	DefaultReconnectBackoff = 500 * time.Millisecond
-	// DefaultReconnectBackoffMax is Config.ReconnectBackoffMax's default.
-	DefaultReconnectBackoffMax = 30 * time.Second
+	// DefaultReconnectDelay is Config.ReconnectDelay's default.
+	DefaultReconnectDelay = 500 * time.Millisecond
+	// DefaultReconnectDelayMax is Config.ReconnectDelayMax's default.
+	DefaultReconnectDelayMax = 30 * time.Second
 	// DefaultShutdownGrace is Config.ShutdownGrace's default.
 	DefaultShutdownGrace = 30 * time.Second
 	// DefaultPublishTimeout is Config.PublishTimeout's default.
@@ -43,7 +43,7 @@ const (
 // external systems, or acknowledge d (d's Acknowledger refuses: the
 // consumer acknowledges after the commit). Returning an error (a malformed
 // body included) rolls everything back and counts as a failed delivery
-// toward Config.MaxRedeliveries.
+// toward Config.MaxDeliver.
 //
 // Consume runs the handler again, in a fresh transaction, when Postgres
 // reports a transient error; so may a redelivery after a crash. A handler
@@ -52,8 +52,6 @@ type Handler func(ctx context.Context, d amqp.Delivery, tx pgx.Tx, rec *intents.
 
 // Config configures a Consumer.
 type Config struct {
-	// Client runs each message through the inbox. Required.
-	Client *intents.Client
 	// URL is the broker's AMQP URI, "amqp://user:password@host:5672/vhost"
 	// (or amqps://). Required. It holds a secret: logs show it with the
 	// password masked and errors never quote it.
@@ -75,18 +73,18 @@ type Config struct {
 	// Concurrency is how many messages are handled at once. Defaults to
 	// DefaultConcurrency.
 	Concurrency int
-	// MaxRedeliveries is how many times a message whose handler failed is
-	// delivered again before it is dead-lettered: the handler runs at most
-	// MaxRedeliveries+1 times per message. Defaults to
-	// DefaultMaxRedeliveries; NoRedeliveryLimit never dead-letters for
-	// handler errors.
-	MaxRedeliveries int
-	// DeadLetterExchange receives messages that exhausted MaxRedeliveries
+	// MaxDeliver is how many times a message is delivered to a handler
+	// that fails before it is dead-lettered: the handler runs at most
+	// MaxDeliver times per message (as JetStream's MaxDeliver). Defaults
+	// to DefaultMaxDeliver; NoDeliverLimit never dead-letters for handler
+	// errors.
+	MaxDeliver int
+	// DeadLetterExchange receives messages that exhausted MaxDeliver
 	// and messages refused for having no usable id, published with their
 	// original routing key, body and properties plus HeaderDeadLetterReason
 	// and the other x-outbox-* headers. It must exist and route somewhere
 	// (a dead-letter queue bound to it): until it does, such messages are
-	// requeued. Required unless MaxRedeliveries is NoRedeliveryLimit;
+	// requeued. Required unless MaxDeliver is NoDeliverLimit;
 	// without it a message with no id is rejected without requeue (the
 	// queue's own x-dead-letter-exchange policy, if any, then applies).
 	DeadLetterExchange string
@@ -94,16 +92,16 @@ type Config struct {
 	// when the AMQP message-id property is empty. Defaults to
 	// DefaultMessageIDHeader.
 	MessageIDHeader string
-	// ReconnectBackoff is the first wait before reconnecting after the
+	// ReconnectDelay is the first wait before reconnecting after the
 	// broker was unreachable or the connection was lost; each failure in a
-	// row doubles it (with ±20% jitter) up to ReconnectBackoffMax. It is
+	// row doubles it (with ±20% jitter) up to ReconnectDelayMax. It is
 	// also the pause before requeueing a message whose transaction failed
 	// outside the handler (the database unreachable). Defaults to
-	// DefaultReconnectBackoff.
-	ReconnectBackoff time.Duration
-	// ReconnectBackoffMax caps the reconnect wait. Defaults to
-	// DefaultReconnectBackoffMax.
-	ReconnectBackoffMax time.Duration
+	// DefaultReconnectDelay.
+	ReconnectDelay time.Duration
+	// ReconnectDelayMax caps the reconnect wait. Defaults to
+	// DefaultReconnectDelayMax.
+	ReconnectDelayMax time.Duration
 	// ShutdownGrace is how long handlers in flight when Run's ctx ends may
 	// take to finish before their context is cancelled (which rolls their
 	// transaction back; the broker then redelivers). Defaults to
@@ -126,20 +124,18 @@ var consumerNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 func (c Config) withDefaults() (Config, error) {
 	switch {
-	case c.Client == nil:
-		return c, errors.New("amqpconsumer: Config.Client is required")
 	case c.URL == "":
-		return c, errors.New("amqpconsumer: Config.URL is required")
+		return c, errors.New("Config.URL is required")
 	case c.Queue == "":
-		return c, errors.New("amqpconsumer: Config.Queue is required")
+		return c, errors.New("Config.Queue is required")
 	case c.Handler == nil:
-		return c, errors.New("amqpconsumer: Config.Handler is required")
+		return c, errors.New("Config.Handler is required")
 	case c.Consumer == "" || len(c.Consumer) > intents.MaxConsumerLength || !consumerNamePattern.MatchString(c.Consumer):
-		return c, fmt.Errorf("amqpconsumer: Config.Consumer must be 1 to %d letters, digits, '_', '.' or '-', got %q", intents.MaxConsumerLength, c.Consumer)
+		return c, fmt.Errorf("Config.Consumer must be 1 to %d letters, digits, '_', '.' or '-', got %q", intents.MaxConsumerLength, c.Consumer)
 	}
 	if _, err := amqp.ParseURI(c.URL); err != nil {
 		// ParseURI's errors can quote the URL, password included.
-		return c, errors.New("amqpconsumer: Config.URL is not a valid AMQP URI (amqp://user:password@host:port/vhost)")
+		return c, errors.New("Config.URL is not a valid AMQP URI (amqp://user:password@host:port/vhost)")
 	}
 	ints := []struct {
 		name string
@@ -148,20 +144,20 @@ func (c Config) withDefaults() (Config, error) {
 	}{{"Prefetch", &c.Prefetch, DefaultPrefetch}, {"Concurrency", &c.Concurrency, DefaultConcurrency}}
 	for _, f := range ints {
 		if *f.v < 0 {
-			return c, fmt.Errorf("amqpconsumer: Config.%s must be positive, got %d", f.name, *f.v)
+			return c, fmt.Errorf("Config.%s must be positive, got %d", f.name, *f.v)
 		}
 		if *f.v == 0 {
 			*f.v = f.def
 		}
 	}
 	switch {
-	case c.MaxRedeliveries == 0:
-		c.MaxRedeliveries = DefaultMaxRedeliveries
-	case c.MaxRedeliveries < NoRedeliveryLimit:
-		return c, fmt.Errorf("amqpconsumer: Config.MaxRedeliveries must be positive or NoRedeliveryLimit, got %d", c.MaxRedeliveries)
+	case c.MaxDeliver == 0:
+		c.MaxDeliver = DefaultMaxDeliver
+	case c.MaxDeliver < NoDeliverLimit:
+		return c, fmt.Errorf("Config.MaxDeliver must be positive or NoDeliverLimit, got %d", c.MaxDeliver)
 	}
-	if c.DeadLetterExchange == "" && c.MaxRedeliveries != NoRedeliveryLimit {
-		return c, errors.New("amqpconsumer: Config.DeadLetterExchange is required unless MaxRedeliveries is NoRedeliveryLimit")
+	if c.DeadLetterExchange == "" && c.MaxDeliver != NoDeliverLimit {
+		return c, errors.New("Config.DeadLetterExchange is required unless MaxDeliver is NoDeliverLimit")
 	}
 	if c.MessageIDHeader == "" {
 		c.MessageIDHeader = DefaultMessageIDHeader
@@ -171,24 +167,24 @@ func (c Config) withDefaults() (Config, error) {
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"ReconnectBackoff", &c.ReconnectBackoff, DefaultReconnectBackoff},
-		{"ReconnectBackoffMax", &c.ReconnectBackoffMax, DefaultReconnectBackoffMax},
+		{"ReconnectDelay", &c.ReconnectDelay, DefaultReconnectDelay},
+		{"ReconnectDelayMax", &c.ReconnectDelayMax, DefaultReconnectDelayMax},
 		{"ShutdownGrace", &c.ShutdownGrace, DefaultShutdownGrace},
 		{"PublishTimeout", &c.PublishTimeout, DefaultPublishTimeout},
 	}
 	for _, f := range durations {
 		if *f.v < 0 {
-			return c, fmt.Errorf("amqpconsumer: Config.%s must be positive, got %s", f.name, *f.v)
+			return c, fmt.Errorf("Config.%s must be positive, got %s", f.name, *f.v)
 		}
 		if *f.v == 0 {
 			*f.v = f.def
 		}
 	}
-	if c.ReconnectBackoffMax < c.ReconnectBackoff {
-		return c, fmt.Errorf("amqpconsumer: Config.ReconnectBackoffMax (%s) is less than ReconnectBackoff (%s)", c.ReconnectBackoffMax, c.ReconnectBackoff)
+	if c.ReconnectDelayMax < c.ReconnectDelay {
+		return c, fmt.Errorf("Config.ReconnectDelayMax (%s) is less than ReconnectDelay (%s)", c.ReconnectDelayMax, c.ReconnectDelay)
 	}
 	if c.AMQPConfig != nil && c.AMQPConfig.Recovery != nil {
-		return c, errors.New("amqpconsumer: Config.AMQPConfig.Recovery must be nil: the consumer reconnects by itself")
+		return c, errors.New("Config.AMQPConfig.Recovery must be nil: the consumer reconnects by itself")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -13,16 +13,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkit/outbox/intents"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/sethvargo/go-retry"
 )
 
-// ErrRunning is returned by Run when the Consumer is already running.
-var ErrRunning = errors.New("amqpconsumer: Run is already running")
+// ErrInvalidConfig is wrapped by every error New returns for a Config field
+// that is wrong; the message names the field.
+var ErrInvalidConfig = errors.New("amqpconsumer: invalid config")
+
+// ErrAlreadyRunning is returned by Run when the Consumer is already running.
+var ErrAlreadyRunning = errors.New("amqpconsumer: Run is already running")
 
 // Consumer consumes one queue through the inbox. Create it with New and
 // start it with Run.
 type Consumer struct {
+	client      *intents.Client
 	cfg         Config
 	amqpConfig  amqp.Config
 	redactedURL string
@@ -32,28 +38,34 @@ type Consumer struct {
 	stats       counters
 }
 
-// New validates cfg, fills in its defaults and returns a Consumer. It does
-// not connect: Run does. Errors name the offending field and never quote
-// the URL.
-func New(cfg Config) (*Consumer, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
+// New validates cfg, fills in its defaults and returns a Consumer that
+// records through client. It does not connect: Run does. Errors wrap
+// ErrInvalidConfig, name the offending field and never quote the URL.
+func New(client *intents.Client, cfg *Config) (*Consumer, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: the intents client is required", ErrInvalidConfig)
 	}
-	uri, _ := amqp.ParseURI(cfg.URL) // validated by withDefaults
-	c := &Consumer{cfg: cfg, password: uri.Password, redactedURL: redactURL(cfg.URL)}
-	if cfg.AMQPConfig != nil {
-		c.amqpConfig = *cfg.AMQPConfig
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	valid, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	uri, _ := amqp.ParseURI(valid.URL) // validated by withDefaults
+	c := &Consumer{client: client, cfg: valid, password: uri.Password, redactedURL: redactURL(valid.URL)}
+	if valid.AMQPConfig != nil {
+		c.amqpConfig = *valid.AMQPConfig
 	}
 	props := amqp.NewConnectionProperties()
 	for k, v := range c.amqpConfig.Properties {
 		props[k] = v
 	}
 	if _, ok := props["connection_name"]; !ok {
-		props["connection_name"] = "outbox amqpconsumer " + cfg.Consumer
+		props["connection_name"] = "outbox amqpconsumer " + valid.Consumer
 	}
 	c.amqpConfig.Properties = props
-	c.log = cfg.Logger.With("consumer", cfg.Consumer, "queue", cfg.Queue)
+	c.log = valid.Logger.With("consumer", valid.Consumer, "queue", valid.Queue)
 	return c, nil
 }
 
@@ -66,10 +78,10 @@ func (c *Consumer) String() string {
 // in flight (up to Config.ShutdownGrace), closes the connection and returns
 // ctx.Err(). It never returns because the broker is unreachable or the
 // connection drops: it logs and reconnects with backoff. A second Run while
-// one is running returns ErrRunning.
+// one is running returns ErrAlreadyRunning.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
-		return ErrRunning
+		return ErrAlreadyRunning
 	}
 	defer c.running.Store(false)
 	backoff := c.newBackoff()
@@ -79,7 +91,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if connected && time.Since(started) > c.cfg.ReconnectBackoffMax {
+		if connected && time.Since(started) > c.cfg.ReconnectDelayMax {
 			// A long healthy session: start the backoff over.
 			backoff = c.newBackoff()
 		}
@@ -97,8 +109,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 func (c *Consumer) newBackoff() retry.Backoff {
-	return retry.WithCappedDuration(c.cfg.ReconnectBackoffMax,
-		retry.WithJitterPercent(20, retry.NewExponential(c.cfg.ReconnectBackoff)))
+	return retry.WithCappedDuration(c.cfg.ReconnectDelayMax,
+		retry.WithJitterPercent(20, retry.NewExponential(c.cfg.ReconnectDelay)))
 }
 
 // session consumes over one connection until ctx ends or the connection,

@@ -105,21 +105,21 @@ func TestAckLostAfterCommitIsAbsorbedAsDuplicate(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "the queue to empty", func() bool { return b.rabbit.Ready(b.queue) == 0 })
 }
 
-func TestHandlerErrorsDeadLetterAfterMaxRedeliveries(t *testing.T) {
+func TestHandlerErrorsDeadLetterAfterMaxDeliver(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	in := b.rabbit.DeclareExchange(testkit.UniqueName(t, "in"), amqp.ExchangeDirect)
 	b.rabbit.Bind(b.queue, "orders.new", in)
 	var calls atomic.Int64
-	c, _, _ := b.start(amqpconsumer.Config{Handler: orderHandler(&calls), MaxRedeliveries: 2})
+	c, _, _ := b.start(amqpconsumer.Config{Handler: orderHandler(&calls), MaxDeliver: 3})
 
 	b.publish(in, "orders.new", "order-3", `{"id": not json`, amqp.Table{"tenant": "acme"})
 	d := b.getDeadLetter()
 	if calls.Load() != 3 {
-		t.Errorf("handler ran %d times, want 3 (1 + MaxRedeliveries)", calls.Load())
+		t.Errorf("handler ran %d times, want 3 (MaxDeliver)", calls.Load())
 	}
 	want := map[string]any{
-		amqpconsumer.HeaderDeadLetterReason:   amqpconsumer.ReasonMaxRedeliveries,
+		amqpconsumer.HeaderDeadLetterReason:   amqpconsumer.ReasonMaxDeliver,
 		amqpconsumer.HeaderRedeliveries:       int64(2),
 		amqpconsumer.HeaderQueue:              b.queue,
 		amqpconsumer.HeaderConsumer:           "billing",
@@ -278,20 +278,19 @@ func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	h := orderHandler(new(atomic.Int64))
-	valid := amqpconsumer.Config{Client: b.client, URL: testkit.RabbitURL(), Queue: "q", Consumer: "billing", Handler: h, DeadLetterExchange: "dlx"}
+	valid := amqpconsumer.Config{URL: testkit.RabbitURL(), Queue: "q", Consumer: "billing", Handler: h, DeadLetterExchange: "dlx"}
 	const password = "n0t-in-errors"
 	cases := map[string]func(*amqpconsumer.Config){
-		"Config.Client":             func(c *amqpconsumer.Config) { c.Client = nil },
 		"Config.URL":                func(c *amqpconsumer.Config) { c.URL = "" },
 		"Config.Queue":              func(c *amqpconsumer.Config) { c.Queue = "" },
 		"Config.Handler":            func(c *amqpconsumer.Config) { c.Handler = nil },
 		"Config.Consumer":           func(c *amqpconsumer.Config) { c.Consumer = "bad name" },
 		"Config.DeadLetterExchange": func(c *amqpconsumer.Config) { c.DeadLetterExchange = "" },
-		"Config.MaxRedeliveries":    func(c *amqpconsumer.Config) { c.MaxRedeliveries = -2 },
+		"Config.MaxDeliver":         func(c *amqpconsumer.Config) { c.MaxDeliver = -2 },
 		"Config.Prefetch":           func(c *amqpconsumer.Config) { c.Prefetch = -1 },
 		"Config.ShutdownGrace":      func(c *amqpconsumer.Config) { c.ShutdownGrace = -time.Second },
-		"Config.ReconnectBackoffMax": func(c *amqpconsumer.Config) {
-			c.ReconnectBackoff, c.ReconnectBackoffMax = time.Minute, time.Second
+		"Config.ReconnectDelayMax": func(c *amqpconsumer.Config) {
+			c.ReconnectDelay, c.ReconnectDelayMax = time.Minute, time.Second
 		},
 		"Config.AMQPConfig.Recovery": func(c *amqpconsumer.Config) { c.AMQPConfig = &amqp.Config{Recovery: &amqp.Recovery{}} },
 		"Config.URL is not":          func(c *amqpconsumer.Config) { c.URL = "amqp://u:" + password + "@ho st/" },
@@ -299,7 +298,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	for field, mutate := range cases {
 		cfg := valid
 		mutate(&cfg)
-		_, err := amqpconsumer.New(cfg)
+		_, err := amqpconsumer.New(b.client, &cfg)
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("New with bad %s = %v, want an error naming it", field, err)
 		}
@@ -308,8 +307,11 @@ func TestNewValidatesConfig(t *testing.T) {
 		}
 	}
 	noLimit := valid
-	noLimit.DeadLetterExchange, noLimit.MaxRedeliveries = "", amqpconsumer.NoRedeliveryLimit
-	if _, err := amqpconsumer.New(noLimit); err != nil {
+	noLimit.DeadLetterExchange, noLimit.MaxDeliver = "", amqpconsumer.NoDeliverLimit
+	if _, err := amqpconsumer.New(nil, &valid); err == nil || !strings.Contains(err.Error(), "client") {
+		t.Errorf("New without a client = %v, want an error naming it", err)
+	}
+	if _, err := amqpconsumer.New(b.client, &noLimit); err != nil {
 		t.Errorf("New without a dead-letter exchange and no limit: %v", err)
 	}
 }

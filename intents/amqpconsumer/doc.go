@@ -32,9 +32,9 @@
 // to the back of Queue (through the default exchange, with publisher
 // confirms) with header HeaderRedeliveries incremented, and acks the
 // original only once the copy is confirmed. Once a message has failed
-// Config.MaxRedeliveries+1 times it is published to
+// Config.MaxDeliver times it is published to
 // Config.DeadLetterExchange instead, with its original routing key and
-// headers HeaderDeadLetterReason (ReasonMaxRedeliveries), HeaderError (the
+// headers HeaderDeadLetterReason (ReasonMaxDeliver), HeaderError (the
 // last error), HeaderQueue, HeaderConsumer and HeaderRedeliveries. This
 // works the same on classic and quorum queues; a quorum queue's own
 // delivery-limit counts only redeliveries after lost connections, which
@@ -44,7 +44,7 @@
 //
 // A transaction that fails outside the handler (Postgres unreachable at
 // begin or commit) is not the message's fault: the delivery is requeued
-// (nack) after Config.ReconnectBackoff, without counting.
+// (nack) after Config.ReconnectDelay, without counting.
 //
 // If a republish or dead-letter publish is not confirmed (the exchange is
 // missing or routes nowhere, the connection dropped) the original is
@@ -55,8 +55,8 @@
 // Run connects, consumes with manual acks and basic.qos Config.Prefetch,
 // and handles up to Config.Concurrency messages at once. A broker that is
 // down at start, refuses the login, lacks the queue or drops the connection
-// is retried with exponential backoff (Config.ReconnectBackoff up to
-// Config.ReconnectBackoffMax, with jitter), each attempt logged. When Run's
+// is retried with exponential backoff (Config.ReconnectDelay up to
+// Config.ReconnectDelayMax, with jitter), each attempt logged. When Run's
 // context ends it cancels the consumer, lets handlers in flight finish
 // (for up to Config.ShutdownGrace), closes the connection (unacked
 // prefetched messages return to the queue) and returns ctx.Err().

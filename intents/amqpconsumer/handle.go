@@ -39,9 +39,8 @@ const (
 
 // Values of HeaderDeadLetterReason.
 const (
-	// ReasonMaxRedeliveries: the handler failed Config.MaxRedeliveries+1
-	// times.
-	ReasonMaxRedeliveries = "max-redeliveries"
+	// ReasonMaxDeliver: the handler failed Config.MaxDeliver times.
+	ReasonMaxDeliver = "max-deliver"
 	// ReasonNoMessageID: neither the message-id property nor
 	// Config.MessageIDHeader was set.
 	ReasonNoMessageID = "no-message-id"
@@ -75,7 +74,7 @@ func (c *Consumer) handle(ctx, hctx context.Context, s *session, d amqp.Delivery
 	forHandler := d
 	forHandler.Acknowledger = refusingAcknowledger{}
 	var handlerErr error
-	res, err := c.cfg.Client.Consume(traceContext(hctx, d.Headers), intents.Message{Consumer: c.cfg.Consumer, ID: id},
+	res, err := c.client.Consume(traceContext(hctx, d.Headers), intents.Message{Consumer: c.cfg.Consumer, ID: id},
 		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 			handlerErr = c.cfg.Handler(ctx, forHandler, tx, rec)
 			return handlerErr
@@ -102,7 +101,7 @@ func (c *Consumer) handle(ctx, hctx context.Context, s *session, d amqp.Delivery
 	case handlerErr != nil || messageFault(err):
 		c.failed(ctx, s, d, log, err)
 	default:
-		log.WarnContext(ctx, "transaction failed outside the handler; message requeued", "error", err, "retry_in", c.cfg.ReconnectBackoff)
+		log.WarnContext(ctx, "transaction failed outside the handler; message requeued", "error", err, "retry_in", c.cfg.ReconnectDelay)
 		c.requeue(ctx, d, true)
 	}
 }
@@ -130,16 +129,16 @@ func (c *Consumer) messageID(d amqp.Delivery) string {
 }
 
 // failed republishes a failed message with its count incremented, or
-// dead-letters it once the count reaches MaxRedeliveries.
+// dead-letters it once it has failed MaxDeliver times.
 func (c *Consumer) failed(ctx context.Context, s *session, d amqp.Delivery, log *slog.Logger, cause error) {
 	n := redeliveries(d)
-	if c.cfg.MaxRedeliveries != NoRedeliveryLimit && n >= c.cfg.MaxRedeliveries {
-		c.deadLetter(ctx, s, d, ReasonMaxRedeliveries, cause.Error())
+	if c.cfg.MaxDeliver != NoDeliverLimit && n+1 >= c.cfg.MaxDeliver {
+		c.deadLetter(ctx, s, d, ReasonMaxDeliver, cause.Error())
 		return
 	}
-	if c.cfg.MaxRedeliveries == NoRedeliveryLimit {
+	if c.cfg.MaxDeliver == NoDeliverLimit {
 		// Nothing will stop a message that always fails: pace it.
-		sleep(ctx, c.cfg.ReconnectBackoff)
+		sleep(ctx, c.cfg.ReconnectDelay)
 	}
 	headers := cloneHeaders(d)
 	headers[HeaderRedeliveries] = int64(n + 1)
@@ -158,7 +157,7 @@ func (c *Consumer) failed(ctx context.Context, s *session, d amqp.Delivery, log 
 		c.stats.ackFailures.Add(1)
 	}
 	c.stats.retried.Add(1)
-	log.WarnContext(ctx, "handler failed; message requeued", "error", cause, "failures", n+1, "max_redeliveries", c.cfg.MaxRedeliveries)
+	log.WarnContext(ctx, "handler failed; message requeued", "error", cause, "failures", n+1, "max_deliver", c.cfg.MaxDeliver)
 }
 
 // refuse dead-letters, or rejects, a message that cannot be processed.
@@ -205,7 +204,7 @@ func (c *Consumer) deadLetter(ctx context.Context, s *session, d amqp.Delivery, 
 // Run is not stopping.
 func (c *Consumer) requeue(ctx context.Context, d amqp.Delivery, pause bool) {
 	if pause {
-		sleep(ctx, c.cfg.ReconnectBackoff)
+		sleep(ctx, c.cfg.ReconnectDelay)
 	}
 	c.stats.requeued.Add(1)
 	_ = d.Nack(false, true)

@@ -79,9 +79,12 @@ func (b *testBundle) getDeadLetter() amqp.Delivery {
 // until the test ends; cleanup checks that Run returned ctx's error.
 func (b *testBundle) start(cfg amqpconsumer.Config) (*amqpconsumer.Consumer, context.CancelFunc, chan error) {
 	b.t.Helper()
-	if cfg.Client == nil {
-		cfg.Client = b.client
-	}
+	return b.startWith(b.client, cfg)
+}
+
+// startWith is start with a client of the test's own.
+func (b *testBundle) startWith(client *intents.Client, cfg amqpconsumer.Config) (*amqpconsumer.Consumer, context.CancelFunc, chan error) {
+	b.t.Helper()
 	if cfg.URL == "" {
 		cfg.URL = testkit.RabbitURL()
 	}
@@ -94,13 +97,13 @@ func (b *testBundle) start(cfg amqpconsumer.Config) (*amqpconsumer.Consumer, con
 	if cfg.DeadLetterExchange == "" {
 		cfg.DeadLetterExchange = b.dlx
 	}
-	if cfg.ReconnectBackoff == 0 {
-		cfg.ReconnectBackoff, cfg.ReconnectBackoffMax = 20*time.Millisecond, 200*time.Millisecond
+	if cfg.ReconnectDelay == 0 {
+		cfg.ReconnectDelay, cfg.ReconnectDelayMax = 20*time.Millisecond, 200*time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = newLogger(b.logs)
 	}
-	c, err := amqpconsumer.New(cfg)
+	c, err := amqpconsumer.New(client, &cfg)
 	if err != nil {
 		b.t.Fatalf("New: %v", err)
 	}

@@ -39,7 +39,7 @@ func TestConsumerContinuesTraceparentHeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int64
-	c, _, _ := b.start(amqpconsumer.Config{Client: client, Handler: orderHandler(&calls)})
+	c, _, _ := b.startWith(client, amqpconsumer.Config{Handler: orderHandler(&calls)})
 
 	const traceID, parentID = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 	b.publish("", b.queue, "order-traced", `{"id":"o1","amount":500}`, amqp.Table{

@@ -131,8 +131,7 @@ func (o Order) Payment() map[string]any {
 // same against a real RabbitMQ.
 func consumeOrders(ctx context.Context, client *intents.Client) error {
 	// readme:rabbitmq begin
-	c, err := amqpconsumer.New(amqpconsumer.Config{
-		Client:             client,                // *intents.Client
+	c, err := amqpconsumer.New(client, &amqpconsumer.Config{
 		URL:                os.Getenv("AMQP_URL"), // holds a password: logged masked
 		Queue:              "orders",              // must exist; the consumer declares nothing
 		Consumer:           "billing",             // the inbox consumer name

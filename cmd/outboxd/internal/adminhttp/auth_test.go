@@ -206,8 +206,8 @@ func TestLoopbackRule(t *testing.T) {
 		}
 	}
 
-	var pool *pgxpool.Pool // never used: New fails before
-	base := adminhttp.Config{Audit: fixture.Audit(t, pool, nil), Ingest: ingest.New(nil, nil), Pool: &pgxpool.Pool{}}
+	pool := &pgxpool.Pool{} // never used: New fails before
+	base := adminhttp.Config{Audit: fixture.Audit(t, pool, nil), Ingest: ingest.New(nil, nil), Pool: pool}
 	for _, tc := range []struct {
 		name  string
 		cfg   func(c adminhttp.Config) adminhttp.Config

@@ -22,6 +22,9 @@ type verdict struct {
 	note          string
 	// recheck: the look-up proved nothing yet; a later one may.
 	recheck bool
+	// retryAfter, with recheck: the provider asked to be asked again then
+	// (a 429); the wait spends none of the intent's re-checks.
+	retryAfter time.Duration
 }
 
 // reconcile asks the provider whether it performed req (DESIGN.md,
@@ -29,6 +32,10 @@ type verdict struct {
 // read: pending under a new key, but only when settled says no request can
 // still be in progress at the provider, and only for an intent whose
 // requests carried the namespace; otherwise it is looked up again later.
+// The only proof of failure is the intent's own object showing nothing was
+// done (*providers.NotPerformedError); a look-up that was refused, rate
+// limited or failed proves nothing, whatever its status (invariant 12), and
+// so does any error Reconcile returns that is not one of its answers.
 // Anything else leaves the intent in_doubt.
 func (d *Dispatcher) reconcile(ctx context.Context, p providers.Provider, req providers.Request, settled bool) verdict {
 	if !p.Capabilities().CanReconcile {
@@ -37,7 +44,8 @@ func (d *Dispatcher) reconcile(ctx context.Context, p providers.Provider, req pr
 	callCtx, cancel := context.WithTimeout(ctx, d.config.CallTimeout)
 	defer cancel()
 	res, found, err := p.Reconcile(callCtx, req)
-	var ae *providers.AttemptError
+	var notPerformed *providers.NotPerformedError
+	var lookup *providers.LookupError
 	var mismatch *providers.MismatchError
 	switch {
 	case err == nil && found:
@@ -53,8 +61,10 @@ func (d *Dispatcher) reconcile(ctx context.Context, p providers.Provider, req pr
 			note: "the provider proved it absent by a consistent read: performed again under a new key"}
 	case errors.As(err, &mismatch):
 		return verdict{to: intenttype.StateInDoubt, note: "not adopted: " + mismatch.Error()}
-	case errors.As(err, &ae) && ae.Outcome == providers.OutcomeFailed && ae.DidNotAct:
-		return verdict{to: intenttype.StateFailed, note: "the provider shows it did not happen: " + ae.Error()}
+	case errors.As(err, &notPerformed):
+		return verdict{to: intenttype.StateFailed, note: "the provider shows it did not happen: " + notPerformed.Error()}
+	case errors.As(err, &lookup):
+		return verdict{to: intenttype.StateInDoubt, recheck: true, retryAfter: lookup.RetryAfter, note: lookup.Error()}
 	case errors.Is(err, providers.ErrReconcileUnsupported):
 		return verdict{to: intenttype.StateInDoubt, note: "the provider cannot be asked"}
 	case errors.Is(err, providers.ErrAbsenceNotProven):
@@ -75,16 +85,42 @@ func (d *Dispatcher) apply(st *intentstore.Settlement, v verdict, why string) {
 		st.Reason = "reconciled: the provider has it (" + why + ")"
 	case intenttype.StateInDoubt:
 		st.LastError = why + "; " + v.note
-		if v.recheck && st.RecheckCount < d.config.MaxRechecks {
-			at := d.config.Now().Add(d.config.RecheckDelay << st.RecheckCount)
+		switch {
+		case v.recheck && v.retryAfter > 0 && d.config.MaxRechecks >= 0:
+			// Asked to wait: the same look-up goes again then, and the
+			// wait spends none of the re-checks.
+			at := d.config.Now().Add(v.retryAfter)
+			st.RecheckAt = &at
+			st.LastError += fmt.Sprintf(" (asked again at %s, as the provider asked)", at.UTC().Format(time.RFC3339))
+		case v.recheck && st.RecheckCount < d.config.MaxRechecks:
+			at := d.config.Now().Add(recheckBackoff(d.config.RecheckDelay, st.RecheckCount))
 			st.RecheckAt, st.RecheckCount = &at, st.RecheckCount+1
 			st.LastError += fmt.Sprintf(" (look-up %d of %d at %s)", st.RecheckCount, d.config.MaxRechecks, at.UTC().Format(time.RFC3339))
+		default:
+			st.LastError += "; no automatic look-up is left: it waits for an operator"
 		}
 		st.Reason = st.LastError
 	default:
 		st.LastError = why + "; " + v.note
 		st.Reason = st.LastError
 	}
+}
+
+// maxRecheckWait caps the doubling of re-check delays: a look-up is asked
+// at least this often while any are left.
+const maxRecheckWait = 24 * time.Hour
+
+// recheckBackoff is base doubled n times, capped at maxRecheckWait, without
+// the overflow of a plain shift (base << 40 wraps into the past).
+func recheckBackoff(base time.Duration, n int) time.Duration {
+	wait := base
+	for range n {
+		if wait >= maxRecheckWait/2 {
+			return maxRecheckWait
+		}
+		wait *= 2
+	}
+	return min(wait, maxRecheckWait)
 }
 
 type recheckArgs struct{}
@@ -119,7 +155,11 @@ const recheckBatch = 100
 // leader runs it every Config.RecheckInterval; calling it directly is safe
 // (a settlement applies only to the intent as it was looked up).
 func (d *Dispatcher) Recheck(ctx context.Context) (int, error) {
-	rows, err := d.store.DueRechecks(ctx, d.config.Now(), recheckBatch)
+	var served []string
+	for _, p := range d.config.Providers.Providers() {
+		served = append(served, p.Name())
+	}
+	rows, err := d.store.DueRechecks(ctx, d.config.Now(), served, recheckBatch)
 	if err != nil {
 		return 0, fmt.Errorf("dispatcher: recheck: %w", err)
 	}

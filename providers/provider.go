@@ -56,10 +56,18 @@ type Provider interface {
 	//     intent stays in_doubt and is looked up again later.
 	//   - a *MismatchError: an object carries the intent's identity but not
 	//     its parameters. Never adopted; the intent stays in_doubt.
+	//   - a *NotPerformedError: the intent's own object shows nothing was
+	//     done (a declined PaymentIntent, a failed refund). The only error
+	//     that settles the intent, as failed.
 	//   - ErrReconcileUnsupported: the provider cannot be asked.
+	//   - a *LookupError: the look-up itself was refused, rate limited or
+	//     failed. It proves nothing; its Needs tells an operator what the
+	//     look-up needs, its RetryAfter when to ask again.
 	//
-	// Any other error is a failed lookup: the intent stays in_doubt and is
-	// looked up again later.
+	// Any other error is a failed lookup too: the intent stays in_doubt and
+	// is looked up again later. An *AttemptError is never an answer here:
+	// what a look-up's HTTP status says is not what the request it looks for
+	// did (see lookup.go).
 	Reconcile(ctx context.Context, req Request) (res Result, found bool, err error)
 
 	// Redact returns a copy of payload, for display, with secrets and personal

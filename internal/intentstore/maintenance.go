@@ -37,10 +37,10 @@ func (s *Store) Enqueue(ctx context.Context, ids []int64) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return s.EnqueueTx(ctx, tx, ids) })
 }
 
-// DueRechecks returns up to limit in_doubt intents whose next look-up at
-// the provider is due at now.
-func (s *Store) DueRechecks(ctx context.Context, now time.Time, limit int) ([]Row, error) {
-	rows, err := s.pool.Query(ctx, dueRechecksSQL, pgx.NamedArgs{"now": now, "limit": limit})
+// DueRechecks returns up to limit in_doubt intents of the named providers
+// whose next look-up at the provider is due at now.
+func (s *Store) DueRechecks(ctx context.Context, now time.Time, providers []string, limit int) ([]Row, error) {
+	rows, err := s.pool.Query(ctx, dueRechecksSQL, pgx.NamedArgs{"now": now, "providers": providers, "limit": limit})
 	if err != nil {
 		return nil, err
 	}

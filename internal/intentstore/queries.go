@@ -331,12 +331,15 @@ WHERE i.finished_at IS NULL AND i.state IN ('pending', 'dispatching')
 ORDER BY i.id
 LIMIT @limit`
 
-// dueRechecksSQL finds in_doubt intents whose next look-up at the provider
-// is due, among the unfinished ones (outbox_intents_unfinished_idx).
+// dueRechecksSQL finds in_doubt intents of the given providers whose next
+// look-up at the provider is due, among the unfinished ones
+// (outbox_intents_unfinished_idx). Only the providers the caller serves:
+// the due look-ups of another's would fill every batch and starve the rest.
 const dueRechecksSQL = `
 SELECT ` + intentColumns + `
 FROM outbox_intents
 WHERE finished_at IS NULL AND recheck_at <= @now AND state = 'in_doubt'
+  AND provider = ANY(@providers::text[])
 ORDER BY recheck_at
 LIMIT @limit`
 

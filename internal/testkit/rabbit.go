@@ -63,9 +63,16 @@ func Rabbit(t testing.TB) *RabbitBroker {
 // returns name.
 func (b *RabbitBroker) DeclareQueue(name string) string {
 	b.t.Helper()
+	return b.DeclareQueueWith(name, nil)
+}
+
+// DeclareQueueWith is DeclareQueue with the queue's arguments (x-max-length,
+// x-overflow, ...).
+func (b *RabbitBroker) DeclareQueueWith(name string, args amqp.Table) string {
+	b.t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, err := b.ch.QueueDeclare(name, false, false, false, false, nil); err != nil {
+	if _, err := b.ch.QueueDeclare(name, false, false, false, false, args); err != nil {
 		b.t.Fatalf("declare queue: %v", err)
 	}
 	b.t.Cleanup(func() {

@@ -21,10 +21,12 @@
 //     key): failed, code "unroutable";
 //   - the exchange does not exist (channel error 404): failed, code
 //     "not_found";
-//   - confirm nack (the broker did not take the message), the broker
-//     unreachable, or publishing blocked by a resource alarm: retry;
-//   - the connection lost after the publish was written and before its
-//     confirm, a confirm timeout, or ctx ending while waiting: ambiguous.
+//   - the broker unreachable, or publishing blocked by a resource alarm:
+//     retry;
+//   - confirm nack (a queue refused the message; the others it routes to
+//     may hold it), the connection lost after the publish was written and
+//     before its confirm, a confirm timeout, or ctx ending while waiting:
+//     ambiguous.
 //
 // The provider keeps one long-lived connection and a pool of confirm-mode
 // channels (one publish in flight per channel), dialled on first use and
@@ -315,10 +317,14 @@ func (p *Provider) publish(ctx context.Context, pc *pubChannel, pub *decoded, re
 	}
 	if !dc.Acked() {
 		if !pc.ch.IsClosed() {
-			// A real basic.nack: the broker did not take the message.
+			// A real basic.nack: at least one queue refused the message,
+			// and "the message will still be published to all other queues
+			// which can enqueue it" (RabbitMQ, x-overflow reject-publish):
+			// with several routes it may have been delivered. Ambiguous,
+			// never a retry (DESIGN.md, invariant 13).
 			p.release(pc, true)
-			return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeRetry, Code: "nack",
-				Message: "the broker nacked the message: it did not take it"}
+			return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeAmbiguous, Code: "nack",
+				Message: "the broker nacked the message: a queue refused it (full, reject-publish), and the others it routes to may hold it"}
 		}
 		// The channel closed under the publish, which releases the
 		// pending confirm as a nack. Its close reason says why.

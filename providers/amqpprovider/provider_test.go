@@ -423,3 +423,26 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// A basic.nack says one queue refused the message, not that none took it:
+// routed to two queues, one full with reject-publish, the other holds it.
+// The publish is ambiguous, never retried (DESIGN.md, invariant 13).
+func TestNackAfterAPartialDeliveryIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	b := testkit.Rabbit(t)
+	ex := b.DeclareExchange(testkit.UniqueName(t, "fanout"), amqp.ExchangeFanout)
+	took := b.DeclareQueue(testkit.UniqueName(t, "took"))
+	full := b.DeclareQueueWith(testkit.UniqueName(t, "full"), amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"})
+	b.Bind(took, "", ex)
+	b.Bind(full, "", ex)
+	p := newProvider(t, amqpprovider.Config{})
+
+	_, attemptErr := perform(t, p, request(1, fmt.Sprintf(`{"exchange":%q,"routing_key":"any","body":{}}`, ex)))
+	wantOutcome(t, attemptErr, providers.OutcomeAmbiguous, "nack")
+	if !attemptErr.MayHaveActed() {
+		t.Fatal("a nack after a partial delivery is DidNotAct")
+	}
+	if d := b.Get(took, 10*time.Second); d.MessageId != "billing:order-1" {
+		t.Fatalf("the other queue got %q, want the message", d.MessageId)
+	}
+}

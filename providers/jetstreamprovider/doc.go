@@ -37,14 +37,18 @@
 //
 //   - PubAck: succeeded, ProviderRef "stream:sequence", Replayed when the
 //     stream reported a duplicate.
-//   - Not connected (the server is down, the connection is reconnecting or
-//     closed), no responders (no stream listens on the subject: nothing was
+//   - Not connected when the publish was to be made (the server is down,
+//     the connection reconnecting or closed: nothing is handed to nats.go),
+//     no responders (no stream listens on the subject: nothing was
 //     stored), an API error of class 5xx (the stream refused to store it for
 //     now): retry.
 //   - Any other API error (wrong expected stream, message too large, ...),
 //     a message over the server's max_payload: failed, with the server's
 //     description.
-//   - No PubAck in time, or an undecodable one: the stream may have stored
+//   - No PubAck in time, an undecodable one, or the connection closed,
+//     draining or reconnecting while the request was out (nats.go answers a
+//     request already written with the same ErrConnectionClosed as one
+//     never sent, so it proves nothing): the stream may have stored
 //     the message. Retry when keyed (the Nats-Msg-Id makes the repeat a
 //     duplicate within the window), ambiguous otherwise.
 //

@@ -43,6 +43,11 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 		opts = append(opts, jetstream.WithExpectStream(p.cfg.Stream))
 	}
 
+	if !p.nc.IsConnected() {
+		// Not sent, and known not sent: nothing was handed to nats.go.
+		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeRetry, Code: "not_connected", DidNotAct: true,
+			Message: "not connected to the NATS server " + RedactURL(p.cfg.URL) + ": the message was not sent"}
+	}
 	callCtx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	ack, err := p.js.PublishMsg(callCtx, msg, opts...)
@@ -65,10 +70,12 @@ func (p *Provider) classify(subject string, err error) *providers.AttemptError {
 		// dispatcher's attempts run out, with this message.
 		return &providers.AttemptError{Outcome: providers.OutcomeRetry, Code: "no_responders",
 			Message: fmt.Sprintf("no JetStream stream answered for subject %q: check that a stream captures it", subject), Err: err}
-	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrReconnectBufExceeded),
-		errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrInvalidConnection),
-		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrNoServers):
-		return &providers.AttemptError{Outcome: providers.OutcomeRetry, Code: "not_connected",
+	case errors.Is(err, nats.ErrReconnectBufExceeded), errors.Is(err, nats.ErrInvalidConnection), errors.Is(err, nats.ErrNoServers):
+		// Refused before anything was written (no reconnect buffer: see
+		// New). A closed, draining or reconnecting connection is not
+		// among these: nats.go answers a request already written the same
+		// way when the connection goes under it (below).
+		return &providers.AttemptError{Outcome: providers.OutcomeRetry, Code: "not_connected", DidNotAct: true,
 			Message: "not connected to the NATS server " + RedactURL(p.cfg.URL) + ": the message was not sent", Err: err}
 	case errors.Is(err, nats.ErrMaxPayload):
 		return &providers.AttemptError{Outcome: providers.OutcomeFailed, Code: "max_payload",
@@ -84,8 +91,10 @@ func (p *Provider) classify(subject string, err error) *providers.AttemptError {
 		return &providers.AttemptError{Outcome: outcome, HTTPStatus: apiErr.Code,
 			Code: strconv.Itoa(int(apiErr.ErrorCode)), Message: apiErr.Description, Err: err}
 	}
-	// No PubAck in time, an undecodable one, or a connection lost while
-	// waiting: the stream may have stored the message.
+	// No PubAck in time, an undecodable one, or a connection closed,
+	// draining or reconnecting while the request was out (nats.go says
+	// ErrConnectionClosed for a request already written, DESIGN.md
+	// invariant 13): the stream may have stored the message.
 	if keyed {
 		return &providers.AttemptError{Outcome: providers.OutcomeRetry,
 			Message: "no PubAck: the stream may have stored the message; a retry with the same Nats-Msg-Id is dropped as a duplicate within the stream's duplicate window", Err: err}

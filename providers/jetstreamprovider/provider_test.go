@@ -353,3 +353,43 @@ func TestNewRejectsBadConfigNamingTheField(t *testing.T) {
 		}
 	}
 }
+
+// A request already written when the connection closes may have been
+// stored: nats.go answers it ErrConnectionClosed, as it answers one never
+// sent, so the answer proves nothing (DESIGN.md, invariant 13). Without a
+// duplicate window it is ambiguous, never retried.
+func TestConnectionClosedAfterTheRequestWasWrittenIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	nc, _ := testkit.NATS(t)
+	subject := fmt.Sprintf("outboxtest.closing.%d", time.Now().UnixNano())
+	sub, err := nc.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p := newProvider(t, jetstreamprovider.Config{Timeout: 10 * time.Second})
+	done := make(chan error, 1)
+	go func() {
+		_, err := perform(t, p, publishRequest(1, "k-1", subject))
+		done <- err
+	}()
+	// The request reached the server (a subscriber got it); then the
+	// provider's connection closes before any answer.
+	if _, err := sub.NextMsg(10 * time.Second); err != nil {
+		t.Fatalf("the request never arrived: %v", err)
+	}
+	p.Close()
+	err = <-done
+	got := providers.Classify(err)
+	if got == nil || got.Outcome != providers.OutcomeAmbiguous || !got.MayHaveActed() {
+		t.Fatalf("Perform whose connection closed after the request was written = %v, want OutcomeAmbiguous", err)
+	}
+	// Once closed, a publish is refused before anything is written.
+	_, err = perform(t, p, publishRequest(2, "k-2", subject))
+	if got := providers.Classify(err); got == nil || got.Outcome != providers.OutcomeRetry || !got.DidNotAct {
+		t.Fatalf("Perform on a closed connection = %v, want OutcomeRetry, DidNotAct", err)
+	}
+}

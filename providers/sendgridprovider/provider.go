@@ -30,6 +30,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sendgrid/rest"
@@ -49,6 +50,10 @@ const (
 	// DefaultTimeout bounds one HTTP call when Config.HTTPClient is nil.
 	// A call that times out after the request was written is ambiguous.
 	DefaultTimeout = 30 * time.Second
+	// DefaultActivityRequestsPerMinute is Config.ActivityRequestsPerMinute's
+	// default: SendGrid's limit on the Email Activity API since 9 December
+	// 2025 (PROVIDERS.md).
+	DefaultActivityRequestsPerMinute = 6
 
 	mailSendPath = "/v3/mail/send"
 	messagesPath = "/v3/messages"
@@ -93,6 +98,14 @@ type Config struct {
 	// and Reconcile returns providers.ErrReconcileUnsupported. When on,
 	// Reconcile can find an email but never proves one absent.
 	Reconcile bool
+	// ActivityRequestsPerMinute paces Reconcile's look-ups to SendGrid's
+	// limit on the Email Activity API, per process: a look-up past it is
+	// not sent but answered with a *providers.LookupError whose RetryAfter
+	// is when the next may go (the dispatcher asks again then without
+	// spending a re-check). Several processes on one account share the
+	// limit; SendGrid's 429 beyond it is honoured the same way. Defaults to
+	// DefaultActivityRequestsPerMinute.
+	ActivityRequestsPerMinute int
 	// Now is the clock used to turn X-RateLimit-Reset into a RetryAfter and
 	// to refuse a send_at more than MaxSendAtAhead ahead (Validate has no
 	// clock of its own). Defaults to time.Now.
@@ -123,6 +136,7 @@ type Provider struct {
 	client    *rest.Client
 	reconcile bool
 	now       func() time.Time
+	pacer     *pacer
 }
 
 var _ providers.Provider = (*Provider)(nil)
@@ -146,12 +160,20 @@ func New(cfg Config) (*Provider, error) {
 	if now == nil {
 		now = time.Now
 	}
+	perMinute := cfg.ActivityRequestsPerMinute
+	switch {
+	case perMinute == 0:
+		perMinute = DefaultActivityRequestsPerMinute
+	case perMinute < 0:
+		return nil, fmt.Errorf("sendgridprovider: Config.ActivityRequestsPerMinute must be positive, got %d", perMinute)
+	}
 	return &Provider{
 		apiKey:    cfg.APIKey,
 		baseURL:   base,
 		client:    &rest.Client{HTTPClient: httpClient},
 		reconcile: cfg.Reconcile,
 		now:       now,
+		pacer:     &pacer{limit: perMinute, window: time.Minute},
 	}, nil
 }
 
@@ -313,6 +335,27 @@ func (p *Provider) statusError(resp *rest.Response) *providers.AttemptError {
 		e.Outcome = providers.OutcomeAmbiguous
 	}
 	return e
+}
+
+// lookupError is what an Email Activity answer other than 200 says: never
+// anything about the email, only what the look-up needs (PROVIDERS.md: an
+// account without the add-on gets 400 "authorization required").
+func (p *Provider) lookupError(resp *rest.Response) *providers.LookupError {
+	status := resp.StatusCode
+	le := &providers.LookupError{HTTPStatus: status, Message: p.scrub(errorMessage(resp))}
+	switch {
+	case status == http.StatusTooManyRequests:
+		le.RetryAfter = p.retryAfter(http.Header(resp.Headers))
+	case status == http.StatusBadRequest && strings.Contains(strings.ToLower(le.Message), "authorization required"):
+		le.Needs = "the Email Activity History add-on on this SendGrid account"
+	case status == http.StatusUnauthorized:
+		le.Needs = "a valid SendGrid API key (Config.APIKey)"
+	case status == http.StatusForbidden:
+		le.Needs = "an API key with the email_activity.read scope"
+	case le.Refused():
+		le.Needs = "a look-up SendGrid accepts: " + le.Message
+	}
+	return le
 }
 
 // senderRefused reports whether a 403 is about the email's from address
@@ -496,7 +539,7 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 		return providers.Result{}, false, providers.ErrReconcileUnsupported
 	}
 	if p.apiKey == "" {
-		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: msgNoAPIKey}
+		return providers.Result{}, false, &providers.LookupError{Message: msgNoAPIKey, Needs: "a SendGrid API key (Config.APIKey)"}
 	}
 	if req.Kind != KindEmail {
 		return providers.Result{}, false, providers.UnknownKindError(req.Kind)
@@ -515,6 +558,10 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	if req.Namespace != "" {
 		query = fmt.Sprintf(`unique_args['%s']="%s" AND %s`, ArgNamespace, req.Namespace, query)
 	}
+	if wait := p.pacer.take(p.now()); wait > 0 {
+		return providers.Result{}, false, &providers.LookupError{RetryAfter: wait,
+			Message: fmt.Sprintf("not sent: paced to SendGrid's %d Email Activity requests a minute (Config.ActivityRequestsPerMinute)", p.pacer.limit)}
+	}
 	r := sendgrid.GetRequest(p.apiKey, messagesPath, p.baseURL)
 	r.Method = rest.Get
 	r.QueryParams = map[string]string{"query": query, "limit": strconv.Itoa(activityLimit)}
@@ -522,17 +569,12 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	if err != nil {
 		if resp == nil {
 			e := p.transportError(err)
-			e.Outcome = providers.OutcomeRetry // a look-up is always safe to repeat
-			return providers.Result{}, false, e
+			return providers.Result{}, false, &providers.LookupError{Message: e.Message, Err: e.Err}
 		}
-		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: resp.StatusCode, Message: "reading the activity response: " + p.scrub(err.Error())}
+		return providers.Result{}, false, &providers.LookupError{HTTPStatus: resp.StatusCode, Message: "reading the activity response: " + p.scrub(err.Error())}
 	}
 	if resp.StatusCode != http.StatusOK {
-		e := p.statusError(resp)
-		if e.Outcome == providers.OutcomeAmbiguous {
-			e.Outcome = providers.OutcomeRetry // nothing was performed
-		}
-		return providers.Result{}, false, e
+		return providers.Result{}, false, p.lookupError(resp)
 	}
 	var body struct {
 		Messages []struct {
@@ -541,7 +583,7 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 		} `json:"messages"`
 	}
 	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {
-		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: resp.StatusCode, Message: "undecodable activity response", Err: err}
+		return providers.Result{}, false, &providers.LookupError{HTTPStatus: resp.StatusCode, Message: "undecodable activity response", Err: err}
 	}
 	// SendGrid accepts or refuses a request whole: a row for any one of
 	// its recipients, carrying this intent's namespace and key, proves
@@ -583,3 +625,30 @@ const activityLimit = MaxRecipients
 // quotable reports whether s can stand between double quotes in an
 // activity query.
 func quotable(s string) bool { return !strings.ContainsAny(s, "\"\\") }
+
+// pacer keeps look-ups to at most limit in any window (SendGrid counts
+// Email Activity requests a minute per account). It is safe for concurrent
+// use.
+type pacer struct {
+	limit  int
+	window time.Duration
+
+	mu   sync.Mutex
+	sent []time.Time // the last limit look-ups, oldest first
+}
+
+// take counts a look-up at now and returns 0, or returns how long until
+// one may go, counting nothing.
+func (pc *pacer) take(now time.Time) time.Duration {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if len(pc.sent) < pc.limit {
+		pc.sent = append(pc.sent, now)
+		return 0
+	}
+	if wait := pc.sent[0].Add(pc.window).Sub(now); wait > 0 {
+		return wait
+	}
+	pc.sent = append(pc.sent[1:], now)
+	return 0
+}

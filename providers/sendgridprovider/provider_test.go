@@ -260,7 +260,7 @@ func TestEmptyAPIKeySendsNothing(t *testing.T) {
 		t.Fatalf("Perform without a key = %+v", got)
 	}
 	_, _, err = p.Reconcile(context.Background(), request(1, validPayload))
-	if got := providers.Classify(err); got == nil || got.Outcome != providers.OutcomeFailed || got.Message != "SENDGRID API key is not configured" {
+	if le := (*providers.LookupError)(nil); !errors.As(err, &le) || le.Message != "SENDGRID API key is not configured" || !strings.Contains(le.Needs, "Config.APIKey") {
 		t.Fatalf("Reconcile without a key = %v", err)
 	}
 	if st := s.Stats(); st.Requests != 0 {
@@ -419,7 +419,8 @@ func TestReconcile(t *testing.T) {
 	// The Email Activity API allows a few requests a minute.
 	_, _, _ = p.Reconcile(ctx, request(13, validPayload))
 	_, ok, err = p.Reconcile(ctx, request(11, validPayload))
-	if got := providers.Classify(err); ok || got == nil || got.HTTPStatus != 429 || got.Outcome != providers.OutcomeRetry || got.RetryAfter <= 0 {
+	var le *providers.LookupError
+	if ok || !errors.As(err, &le) || le.HTTPStatus != 429 || le.RetryAfter <= 0 || le.Refused() {
 		t.Fatalf("rate-limited Reconcile = %v %v", ok, err)
 	}
 

@@ -277,8 +277,7 @@ func (p *Provider) performRefund(ctx context.Context, req providers.Request, pl 
 // Config.ReconcileMaxPages pages, and keeps those carrying req's namespace
 // and key. One whose amount differs from the payload's is a
 // *providers.MismatchError; one pending or succeeded is found; one that
-// failed or was canceled is an *providers.AttemptError (OutcomeFailed,
-// DidNotAct); none in the whole listing is a proven absence, unless the
+// failed or was canceled is a *providers.NotPerformedError; none in the whole listing is a proven absence, unless the
 // intent has no namespace or the page bound cut the listing short
 // (providers.ErrAbsenceNotProven).
 func (p *Provider) reconcileRefund(ctx context.Context, req providers.Request, pl *RefundPayload) (providers.Result, bool, error) {
@@ -325,7 +324,7 @@ func (p *Provider) reconcileRefund(ctx context.Context, req providers.Request, p
 		return providers.Result{}, false, fmt.Errorf("%w: no refund of %s with this intent's namespace and key in the first %d pages of %d, and the listing goes on",
 			providers.ErrAbsenceNotProven, pl.PaymentIntent, p.cfg.ReconcileMaxPages, p.pageSize)
 	case inert != nil:
-		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeFailed, DidNotAct: true, Code: string(inert.FailureReason),
+		return providers.Result{}, false, &providers.NotPerformedError{ProviderRef: inert.ID, Code: string(inert.FailureReason),
 			Message: fmt.Sprintf("refund %s exists for this intent but is %s: nothing was refunded", inert.ID, inert.Status)}
 	case req.Namespace == "":
 		return providers.Result{}, false, fmt.Errorf("%w: the intent has no namespace, so a refund of %s without one cannot be told from another database's",
@@ -378,8 +377,8 @@ func (p *Provider) performCapture(ctx context.Context, req providers.Request, pl
 // for is found; still requires_capture is a proven absence; succeeded for
 // another amount is a *providers.MismatchError when it carries this
 // intent's capture identity, and otherwise, like canceled or never
-// authorised, an *providers.AttemptError (OutcomeFailed, DidNotAct): the
-// capture did not happen and cannot.
+// authorised, a *providers.NotPerformedError: the capture did not happen
+// and cannot.
 func (p *Provider) reconcileCapture(ctx context.Context, req providers.Request, pl *CapturePayload) (providers.Result, bool, error) {
 	pi, err := p.getPaymentIntent(ctx, pl.PaymentIntent)
 	if err != nil {
@@ -399,14 +398,14 @@ func (p *Provider) reconcileCapture(ctx context.Context, req providers.Request, 
 			return providers.Result{}, false, &providers.MismatchError{ProviderRef: pi.ID, Field: "amount_received",
 				Want: strconv.FormatInt(want, 10), Got: strconv.FormatInt(pi.AmountReceived, 10)}
 		}
-		return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeFailed, DidNotAct: true, Code: "already_captured",
+		return providers.Result{}, false, &providers.NotPerformedError{ProviderRef: pi.ID, Code: "already_captured",
 			Message: fmt.Sprintf("PaymentIntent %s was captured for %d by another request, not for %d: it cannot be captured again", pi.ID, pi.AmountReceived, want)}
 	case stripe.PaymentIntentStatusRequiresCapture:
 		return providers.Result{}, false, nil
 	case stripe.PaymentIntentStatusProcessing:
 		return providers.Result{}, false, stillProcessing(pi)
 	}
-	return providers.Result{}, false, &providers.AttemptError{Outcome: providers.OutcomeFailed, DidNotAct: true, Code: string(pi.Status),
+	return providers.Result{}, false, &providers.NotPerformedError{ProviderRef: pi.ID, Code: string(pi.Status),
 		Message: fmt.Sprintf("PaymentIntent %s is %s: it was not captured and cannot be", pi.ID, pi.Status)}
 }
 

@@ -244,7 +244,8 @@ func TestCaptureThenAlreadyCaptured(t *testing.T) {
 	other := moneyReq(3, stripeprovider.KindCapture, "capture-other", `{"payment_intent": "`+pi+`", "amount_to_capture": 1000}`)
 	_, err = p.Perform(ctx, other)
 	expect(t, attemptErr(t, err), providers.OutcomeFailed, http.StatusBadRequest)
-	if _, found, err := p.Reconcile(ctx, other); found || providers.Classify(err).Outcome != providers.OutcomeFailed || !providers.Classify(err).DidNotAct {
+	var np *providers.NotPerformedError
+	if _, found, err := p.Reconcile(ctx, other); found || !errors.As(err, &np) || np.Code != "already_captured" {
 		t.Fatalf("reconcile another amount: %v, %v", found, err)
 	}
 	mm := r
@@ -260,7 +261,7 @@ func TestCaptureThenAlreadyCaptured(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, found, err := p.Reconcile(ctx, moneyReq(6, stripeprovider.KindCapture, "capture-canceled", `{"payment_intent": "`+auth+`"}`))
-	if ae := providers.Classify(err); found || ae.Outcome != providers.OutcomeFailed || !ae.DidNotAct {
+	if found || !errors.As(err, &np) || np.Code != "canceled" {
 		t.Fatalf("capture of a canceled PaymentIntent: %v, %v", found, err)
 	}
 }

@@ -546,10 +546,11 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 		gp.Context = ctx
 		now, err := p.api.PaymentIntents.Get(pi.ID, gp)
 		if err != nil {
-			ae := p.classifyLookup(err)
-			ae.DidNotAct = false // the PaymentIntent exists and may settle
-			ae.Message = fmt.Sprintf("PaymentIntent %s was processing; looking up its status failed: %s", pi.ID, ae.Message)
-			return providers.Result{}, ae
+			// The PaymentIntent exists and may settle: retried with the
+			// same key, never DidNotAct.
+			le := p.classifyLookup(err)
+			return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: le.HTTPStatus, Code: le.Code, RetryAfter: le.RetryAfter,
+				Message: fmt.Sprintf("PaymentIntent %s was processing; looking up its status failed: %s", pi.ID, le.Message), Err: le}
 		}
 		pi = now
 	}
@@ -665,6 +666,14 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 		ae.DidNotAct = true
 		ae.Code = CodeProviderAuth
 		ae.Message = fmt.Sprintf("Stripe refused the API key (HTTP %d): fix the Stripe credentials (Config.APIKey) or the key's permissions; the charge is retried. Stripe: %s", status, ae.Message)
+	case se.Type == stripe.ErrorTypeIdempotency:
+		// The key's first request may have acted: not DidNotAct, whatever
+		// Stripe-Should-Retry says of this one (a typed error is decided
+		// before the hint header, DESIGN.md invariant 13).
+		ae.Outcome = providers.OutcomeFailed
+		if ae.Code == "" {
+			ae.Code = string(stripe.ErrorTypeIdempotency)
+		}
 	case shouldRetry == "true":
 		ae.Outcome = providers.OutcomeRetry
 	case shouldRetry == "false" && status >= 500:
@@ -680,12 +689,6 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 		ae.Outcome = providers.OutcomeRetry
 		ae.RetryAfter = retryAfter(header.Get("Retry-After"), time.Now())
 		ae.DidNotAct = true
-	case se.Type == stripe.ErrorTypeIdempotency:
-		// The key's first request may have acted: not DidNotAct.
-		ae.Outcome = providers.OutcomeFailed
-		if ae.Code == "" {
-			ae.Code = string(stripe.ErrorTypeIdempotency)
-		}
 	case status == http.StatusFailedDependency:
 		// 424: a service Stripe depends on failed while the request was
 		// executing; the charge may or may not have happened.
@@ -936,32 +939,50 @@ func (p *Provider) reconcileLegacy(ctx context.Context, req providers.Request, p
 
 // noEffect is Reconcile's answer for an owned PaymentIntent that shows no
 // effect: the payment was declined or awaits the customer.
-func (p *Provider) noEffect(pi *stripe.PaymentIntent) *providers.AttemptError {
-	ae := &providers.AttemptError{
-		Outcome:   providers.OutcomeFailed,
-		Message:   fmt.Sprintf("PaymentIntent %s exists for this intent but is %s", pi.ID, pi.Status),
-		DidNotAct: true,
-	}
+func (p *Provider) noEffect(pi *stripe.PaymentIntent) *providers.NotPerformedError {
+	np := &providers.NotPerformedError{ProviderRef: pi.ID, Code: string(pi.Status),
+		Message: fmt.Sprintf("PaymentIntent %s exists for this intent but is %s", pi.ID, pi.Status)}
 	if le := pi.LastPaymentError; le != nil {
-		ae.Code = string(le.DeclineCode)
-		if ae.Code == "" {
-			ae.Code = string(le.Code)
+		np.Code = string(le.DeclineCode)
+		if np.Code == "" {
+			np.Code = string(le.Code)
 		}
 		if le.Msg != "" {
-			ae.Message += ": " + p.scrub(le.Msg)
+			np.Message += ": " + p.scrub(le.Msg)
 		}
 	}
-	return ae
+	return np
 }
 
-// classifyLookup classifies a failed list or search call. Asking again is
-// always safe, so what Perform would call ambiguous is a retry here.
-func (p *Provider) classifyLookup(err error) *providers.AttemptError {
+// classifyLookup turns a failed list, search or retrieve call into a
+// *providers.LookupError: it proves nothing about the intent, whatever its
+// status (a 404 for a PaymentIntent of another account or mode, a 400
+// resource_missing, a 429 with Stripe-Should-Retry: false). Needs says
+// what the look-up needs to answer.
+func (p *Provider) classifyLookup(err error) *providers.LookupError {
 	ae := p.classify(err)
-	if ae.Outcome == providers.OutcomeAmbiguous {
-		ae.Outcome = providers.OutcomeRetry
+	le := providers.AsLookupError(ae, "")
+	le.Message = ae.Message
+	if le.Code == CodeProviderAuth {
+		le.Code = ""
+		le.Message = ""
+		if se := (*stripe.Error)(nil); errors.As(err, &se) {
+			le.Message = p.scrub(se.Msg)
+		}
 	}
-	return ae
+	switch {
+	case le.HTTPStatus == http.StatusUnauthorized:
+		le.Needs = "a valid Stripe secret key (Config.APIKey)"
+	case le.HTTPStatus == http.StatusForbidden:
+		le.Needs = "a Stripe key allowed to read PaymentIntents and refunds"
+	case le.HTTPStatus == http.StatusNotFound || le.Code == string(stripe.ErrorCodeResourceMissing):
+		le.Needs = "the Stripe account and mode (live or test) the intent's objects were made in"
+	case le.HTTPStatus == http.StatusTooManyRequests:
+		le.Needs = "fewer requests: Stripe's rate limit"
+	case le.Refused():
+		le.Needs = "a look-up Stripe accepts: " + le.Message
+	}
+	return le
 }
 
 // mismatch compares a PaymentIntent's essential parameters with the
@@ -1008,8 +1029,8 @@ func effective(pi *stripe.PaymentIntent, confirm bool) bool {
 // processing: it exists but has not settled, so neither found nor absent;
 // the intent stays in_doubt and is looked up again later.
 func stillProcessing(pi *stripe.PaymentIntent) error {
-	return &providers.AttemptError{Outcome: providers.OutcomeRetry, Code: "processing",
-		Message: fmt.Sprintf("PaymentIntent %s carries this intent's key and is still processing: look again once Stripe settles it", pi.ID)}
+	return fmt.Errorf("%w: PaymentIntent %s carries this intent's key and is still processing: look again once Stripe settles it",
+		providers.ErrAbsenceNotProven, pi.ID)
 }
 
 // Redact returns a copy of payload, of any of the provider's kinds, for

@@ -465,8 +465,8 @@ func TestReconcile(t *testing.T) {
 	d.Faults().Push(fault.Fault{Kind: fault.ErrorAfter})
 	_, _ = p.Perform(ctx, nsReq(4, "k4", declined))
 	_, found, err = p.Reconcile(ctx, nsReq(4, "k4", declined))
-	if ae := attemptErr(t, err); found || ae.Outcome != providers.OutcomeFailed || !ae.DidNotAct ||
-		ae.Code != "generic_decline" || !strings.Contains(ae.Message, "requires_payment_method") {
+	var np *providers.NotPerformedError
+	if found || !errors.As(err, &np) || np.Code != "generic_decline" || !strings.Contains(np.Message, "requires_payment_method") {
 		t.Fatalf("Reconcile(declined) = %v %+v", found, err)
 	}
 

@@ -84,6 +84,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	limitPerMinute := s.cfg.ActivityRequestsPerMinute
 	s.mu.Lock()
 	count, reset := s.activityWind.hit(now)
+	s.activityRequests++
 	s.mu.Unlock()
 	if limitPerMinute > 0 {
 		setRateLimitHeaders(w, limitPerMinute, limitPerMinute-count, reset)
@@ -97,6 +98,9 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	if !s.authorized(r) {
 		writeErrors(w, http.StatusUnauthorized, apiError{Message: msgUnauthorized})
+		return
+	}
+	if s.lookupFault(w, r) {
 		return
 	}
 	if limitPerMinute > 0 && count > limitPerMinute {

@@ -141,6 +141,10 @@ type Config struct {
 	// once per request after authentication. Defaults to an injector that
 	// injects nothing until faults are pushed or rates set (fault.New(1)).
 	Faults *fault.Injector
+	// LookupFaults decides the fault applied to each GET /v3/messages (the
+	// Email Activity look-up), asked once per request after authentication;
+	// see Server.LookupFaults. Defaults to an injector that injects nothing.
+	LookupFaults *fault.Injector
 	// Addr is the address NewServer listens on. Defaults to "127.0.0.1:0"
 	// (a free port on the loopback interface).
 	Addr string
@@ -235,6 +239,9 @@ type Stats struct {
 	// Requests is how many POST /v3/mail/send requests arrived, whatever
 	// their outcome.
 	Requests int `json:"requests"`
+	// ActivityRequests is how many GET /v3/messages (Email Activity
+	// look-ups) arrived, whatever their outcome.
+	ActivityRequests int `json:"activity_requests"`
 	// Faults counts the faults applied to requests, by kind.
 	Faults map[fault.Kind]int `json:"faults"`
 	// EffectsByIntent counts accepted emails per custom_args["intent_id"].
@@ -254,14 +261,15 @@ type Server struct {
 
 	effects effects.Tally
 
-	mu           sync.Mutex
-	emails       []Email
-	requests     int
-	applied      map[fault.Kind]int
-	changed      chan struct{} // closed and replaced whenever an email is recorded
-	authFailure  AuthFailure
-	sendWindow   rateWindow
-	activityWind rateWindow
+	mu               sync.Mutex
+	emails           []Email
+	requests         int
+	activityRequests int
+	applied          map[fault.Kind]int
+	changed          chan struct{} // closed and replaced whenever an email is recorded
+	authFailure      AuthFailure
+	sendWindow       rateWindow
+	activityWind     rateWindow
 }
 
 // NewServer starts a double listening on cfg.Addr and serving in a
@@ -282,6 +290,9 @@ func newServer(cfg Config) *Server {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.LookupFaults == nil {
+		cfg.LookupFaults = fault.New(1)
 	}
 	if cfg.Faults == nil {
 		cfg.Faults = fault.New(1)
@@ -333,6 +344,57 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Faults returns the injector consulted for each POST /v3/mail/send.
 func (s *Server) Faults() *fault.Injector { return s.faults }
 
+// LookupFaults returns the injector consulted for each GET /v3/messages:
+// ErrorBefore (or ErrorAfter: a read has no effect) answers its Status as
+// SendGrid words it (400 "authorization required", what an account
+// without the Email Activity add-on gets; 401 an invalid key; 403 "access
+// forbidden", a key without the email_activity.read scope; 404; 5xx),
+// RateLimit a 429 with X-RateLimit-Reset its RetryAfter ahead, and
+// LoseResponse and Delay as for sends.
+func (s *Server) LookupFaults() *fault.Injector { return s.cfg.LookupFaults }
+
+// Messages of the refused look-ups.
+const (
+	msgAuthorizationRequired = "authorization required"
+)
+
+// lookupFault applies the next look-up fault to GET /v3/messages; it
+// reports whether it answered the request.
+func (s *Server) lookupFault(w http.ResponseWriter, r *http.Request) bool {
+	f := s.cfg.LookupFaults.Next()
+	switch f.Kind {
+	case fault.None:
+		return false
+	case fault.Delay:
+		select {
+		case <-time.After(f.Delay):
+		case <-r.Context().Done():
+		}
+		return false
+	case fault.LoseResponse:
+		fault.DropConnection(w)
+		return true
+	case fault.RateLimit:
+		w.Header()["X-RateLimit-Reset"] = []string{strconv.FormatInt(unixCeil(s.cfg.Now().Add(f.RetryAfterOrDefault())), 10)}
+		writeErrors(w, http.StatusTooManyRequests, apiError{Message: msgTooManyRequests})
+		return true
+	}
+	status := f.StatusOr500()
+	msg := http.StatusText(status)
+	switch status {
+	case http.StatusBadRequest:
+		msg = msgAuthorizationRequired
+	case http.StatusUnauthorized:
+		msg = msgUnauthorized
+	case http.StatusForbidden:
+		msg = msgAccessForbidden
+	case http.StatusNotFound:
+		msg = msgNotFound
+	}
+	writeErrors(w, status, apiError{Message: msg})
+	return true
+}
+
 // Emails returns a copy of every accepted email, in the order accepted.
 func (s *Server) Emails() []Email {
 	s.mu.Lock()
@@ -360,7 +422,7 @@ func (s *Server) Stats() Stats {
 	for _, e := range s.emails {
 		deliveries += len(e.Deliveries)
 	}
-	return Stats{Emails: len(s.emails), Deliveries: deliveries, Requests: s.requests, Faults: maps.Clone(s.applied), EffectsByIntent: s.effects.Snapshot()}
+	return Stats{Emails: len(s.emails), Deliveries: deliveries, Requests: s.requests, ActivityRequests: s.activityRequests, Faults: maps.Clone(s.applied), EffectsByIntent: s.effects.Snapshot()}
 }
 
 // Deliveries returns a copy of every email sent, one per recipient of each

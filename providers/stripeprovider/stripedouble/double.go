@@ -119,6 +119,11 @@ type Config struct {
 	// Faults injects faults into POST /v1/payment_intents, one drawn per
 	// request. Defaults to an injector that injects nothing (fault.New(1)).
 	Faults *fault.Injector
+	// LookupFaults injects faults into the reads Reconcile makes (GET
+	// /v1/payment_intents, its search, a PaymentIntent by id, GET
+	// /v1/refunds), one drawn per request; see Server.LookupFaults.
+	// Defaults to an injector that injects nothing.
+	LookupFaults *fault.Injector
 	// Addr is the address NewServer listens on. Defaults to "127.0.0.1:0"
 	// (a free port on loopback).
 	Addr string
@@ -234,10 +239,12 @@ type Stats struct {
 
 // Server is a running Stripe double. Create it with NewServer.
 type Server struct {
-	apiKey  string
-	now     func() time.Time
-	faults  *fault.Injector
-	handler http.Handler
+	apiKey string
+	now    func() time.Time
+	faults *fault.Injector
+	// lookupFaults are drawn by the reads Reconcile makes.
+	lookupFaults *fault.Injector
+	handler      http.Handler
 
 	srv *doubleserver.Server
 
@@ -282,6 +289,7 @@ func newServer(cfg Config) *Server {
 		apiKey:        cfg.APIKey,
 		now:           cfg.Now,
 		faults:        cfg.Faults,
+		lookupFaults:  cfg.LookupFaults,
 		searchLag:     cfg.SearchLag,
 		byID:          map[string]*PaymentIntent{},
 		keys:          idemstore.New[savedResponse](KeyRetention),
@@ -297,6 +305,9 @@ func newServer(cfg Config) *Server {
 	}
 	if s.faults == nil {
 		s.faults = fault.New(1)
+	}
+	if s.lookupFaults == nil {
+		s.lookupFaults = fault.New(1)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/payment_intents", s.handleCreate)
@@ -351,6 +362,58 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Faults returns the injector the double draws faults from.
 func (s *Server) Faults() *fault.Injector { return s.faults }
+
+// LookupFaults returns the injector the double's reads draw faults from:
+// ErrorBefore (and ErrorAfter: a read has no effect) answers its Status as
+// Stripe words it (400 and 404 resource_missing, as for an object of
+// another account or mode; 401 an invalid key; 403 a restricted key; 5xx
+// api_error), RateLimit a 429 with Retry-After when its RetryAfter is set
+// and without one (Stripe-Should-Retry: false) when it is not, and
+// LoseResponse and Delay as for writes.
+func (s *Server) LookupFaults() *fault.Injector { return s.lookupFaults }
+
+// lookupFault applies the next look-up fault to a read; it reports whether
+// it answered the request.
+func (s *Server) lookupFault(w http.ResponseWriter, r *http.Request, reqID string) bool {
+	f := s.lookupFaults.Next()
+	switch f.Kind {
+	case fault.None:
+		return false
+	case fault.Delay:
+		select {
+		case <-time.After(f.Delay):
+		case <-r.Context().Done():
+		}
+		return false
+	case fault.LoseResponse:
+		fault.DropConnection(w)
+		return true
+	case fault.RateLimit:
+		if f.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int((f.RetryAfter+time.Second-1)/time.Second)))
+		} else {
+			w.Header().Set("Stripe-Should-Retry", "false")
+		}
+		s.writeError(w, r, reqID, http.StatusTooManyRequests, apiError{Type: "invalid_request_error", Code: "rate_limit",
+			Message: "Too many requests hit the API too quickly. We recommend an exponential backoff of your requests."})
+		return true
+	}
+	status := f.StatusOr500()
+	e := apiError{Type: "invalid_request_error", Message: http.StatusText(status)}
+	switch {
+	case status == http.StatusBadRequest || status == http.StatusNotFound:
+		e.Code, e.Param = "resource_missing", "id"
+		e.Message = "No such payment_intent: the object exists in another account or mode (a live key reading a test object, say)"
+	case status == http.StatusUnauthorized:
+		e.Message = "Invalid API Key provided"
+	case status == http.StatusForbidden:
+		e.Message = "The provided key does not have the required permissions for this endpoint."
+	case status >= 500:
+		e.Type, e.Message = "api_error", "An unknown error occurred"
+	}
+	s.writeError(w, r, reqID, status, e)
+	return true
+}
 
 // Decline makes every confirmed payment with paymentMethod a 402 card_error
 // with code card_declined and the given decline code. The PaymentIntent is
@@ -1067,6 +1130,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	if !s.authorize(w, r, reqID) {
 		return
 	}
+	if s.lookupFault(w, r, reqID) {
+		return
+	}
 	id := r.PathValue("id")
 	s.mu.Lock()
 	pi, ok := s.byID[id]
@@ -1145,6 +1211,9 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	reqID := newID("req_", 14)
 	if !s.authorize(w, r, reqID) {
+		return
+	}
+	if s.lookupFault(w, r, reqID) {
 		return
 	}
 	q := r.URL.Query()

@@ -189,7 +189,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, path string, 
 	s.lists++
 	s.mu.Unlock()
 	reqID := newID("req_", 14)
-	if !s.authorize(w, r, reqID) {
+	if !s.authorize(w, r, reqID) || s.lookupFault(w, r, reqID) {
 		return
 	}
 	q := r.URL.Query()

@@ -67,15 +67,23 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 	caps := p.Capabilities()
 	st := step{d: d, jobID: jobID, row: row, p: p}
 
+	limit := d.config.maxAttemptsFor(row.Kind)
 	if row.State == intenttype.StateDispatching {
 		// An attempt holds the intent and never settled: its dispatcher
 		// stopped during the call, or the settlement was lost. The provider
-		// may have acted.
-		if caps.IdempotencyKeys && d.withinKeyWindow(caps, row.KeyFirstUsedAt, now) {
+		// may have acted. A take-over is an attempt like any other: it
+		// spends the budget, and none is made past it (DESIGN.md,
+		// invariant 14), or a settlement that always fails would call the
+		// provider on every job run.
+		inWindow := caps.IdempotencyKeys && d.withinKeyWindow(caps, row.KeyFirstUsedAt, now)
+		if inWindow && row.AttemptsUsed() < limit {
 			return st.attempt(ctx, now) // the same key: the provider answers a repeat with the first result
 		}
 		why := fmt.Sprintf("attempt %d has no outcome: its dispatcher stopped during the call, or its outcome was lost", row.ClaimedAttempt)
-		if caps.IdempotencyKeys {
+		switch {
+		case inWindow:
+			why += fmt.Sprintf(", and its %d attempts are used", row.AttemptsUsed())
+		case caps.IdempotencyKeys:
 			why += fmt.Sprintf(", and the provider's key window (%s) has passed since the key was first used", caps.KeyWindow)
 		}
 		return st.settle(ctx, st.ambiguous(ctx, intenttype.StateDispatching, row.ClaimedAttempt, &intentstore.AttemptOutcome{
@@ -83,7 +91,7 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 		}, why, false))
 	}
 
-	if limit := d.config.maxAttemptsFor(row.Kind); row.AttemptsUsed() >= limit {
+	if row.AttemptsUsed() >= limit {
 		if row.MayHaveActed {
 			return st.settle(ctx, st.ambiguous(ctx, intenttype.StatePending, 0, nil,
 				fmt.Sprintf("%d attempts used, and an earlier one may have reached the provider", row.AttemptsUsed()), false))
@@ -166,7 +174,7 @@ func (s *step) perform(ctx context.Context, claim intentstore.Claim) error {
 	s.row.State, s.row.ClaimedAttempt, s.row.AttemptCount = intenttype.StateDispatching, claim.Attempt, claim.Attempt
 	s.row.ProviderKey, s.row.Namespace, s.row.KeyFirstUsedAt = claim.ProviderKey, claim.Namespace, claim.KeyFirstUsedAt
 	s.row.MayHaveActed = s.row.MayHaveActed || tookOver
-	s.started = time.Now()
+	s.started = d.config.Now()
 	res, callErr := d.call(ctx, s.p, s.request())
 	dec := s.classify(ctx, res, callErr)
 	endAttempt(span, dec)
@@ -186,7 +194,7 @@ func (d *Dispatcher) call(ctx context.Context, p providers.Provider, req provide
 
 // classify turns a call's result into a settlement of the claimed attempt.
 func (s *step) classify(ctx context.Context, res providers.Result, callErr error) decision {
-	out := &intentstore.AttemptOutcome{Finished: time.Now(), HTTPStatus: res.HTTPStatus, ProviderRef: res.ProviderRef, Replayed: res.Replayed}
+	out := &intentstore.AttemptOutcome{Finished: s.d.config.Now(), HTTPStatus: res.HTTPStatus, ProviderRef: res.ProviderRef, Replayed: res.Replayed}
 	attempt := s.row.ClaimedAttempt
 	if callErr == nil {
 		out.Outcome = string(providers.OutcomeSucceeded)

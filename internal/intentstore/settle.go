@@ -93,7 +93,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (Settled, error) {
 	if st.NewGeneration && st.To != intenttype.StatePending {
 		return Settled{}, fmt.Errorf("intentstore: a new key generation goes back to pending, not %s", st.To)
 	}
-	return s.settles.do(context.WithoutCancel(ctx), st)
+	return s.settles.do(context.WithoutCancel(ctx), storableSettlement(st))
 }
 
 // maxSettleGroup bounds the settlements committed in one transaction, so

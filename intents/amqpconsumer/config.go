@@ -2,7 +2,6 @@ package amqpconsumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -125,17 +124,17 @@ var consumerNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.URL == "":
-		return c, errors.New("Config.URL is required")
+		return c, invalid("Config.URL is required")
 	case c.Queue == "":
-		return c, errors.New("Config.Queue is required")
+		return c, invalid("Config.Queue is required")
 	case c.Handler == nil:
-		return c, errors.New("Config.Handler is required")
+		return c, invalid("Config.Handler is required")
 	case c.Consumer == "" || len(c.Consumer) > intents.MaxConsumerLength || !consumerNamePattern.MatchString(c.Consumer):
-		return c, fmt.Errorf("Config.Consumer must be 1 to %d letters, digits, '_', '.' or '-', got %q", intents.MaxConsumerLength, c.Consumer)
+		return c, invalid("Config.Consumer must be 1 to %d letters, digits, '_', '.' or '-', got %q", intents.MaxConsumerLength, c.Consumer)
 	}
 	if _, err := amqp.ParseURI(c.URL); err != nil {
 		// ParseURI's errors can quote the URL, password included.
-		return c, errors.New("Config.URL is not a valid AMQP URI (amqp://user:password@host:port/vhost)")
+		return c, invalid("Config.URL is not a valid AMQP URI (amqp://user:password@host:port/vhost)")
 	}
 	ints := []struct {
 		name string
@@ -144,7 +143,7 @@ func (c Config) withDefaults() (Config, error) {
 	}{{"Prefetch", &c.Prefetch, DefaultPrefetch}, {"Concurrency", &c.Concurrency, DefaultConcurrency}}
 	for _, f := range ints {
 		if *f.v < 0 {
-			return c, fmt.Errorf("Config.%s must be positive, got %d", f.name, *f.v)
+			return c, invalid("Config.%s must be positive, got %d", f.name, *f.v)
 		}
 		if *f.v == 0 {
 			*f.v = f.def
@@ -154,10 +153,10 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxDeliver == 0:
 		c.MaxDeliver = DefaultMaxDeliver
 	case c.MaxDeliver < NoDeliverLimit:
-		return c, fmt.Errorf("Config.MaxDeliver must be positive or NoDeliverLimit, got %d", c.MaxDeliver)
+		return c, invalid("Config.MaxDeliver must be positive or NoDeliverLimit, got %d", c.MaxDeliver)
 	}
 	if c.DeadLetterExchange == "" && c.MaxDeliver != NoDeliverLimit {
-		return c, errors.New("Config.DeadLetterExchange is required unless MaxDeliver is NoDeliverLimit")
+		return c, invalid("Config.DeadLetterExchange is required unless MaxDeliver is NoDeliverLimit")
 	}
 	if c.MessageIDHeader == "" {
 		c.MessageIDHeader = DefaultMessageIDHeader
@@ -174,20 +173,25 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	for _, f := range durations {
 		if *f.v < 0 {
-			return c, fmt.Errorf("Config.%s must be positive, got %s", f.name, *f.v)
+			return c, invalid("Config.%s must be positive, got %s", f.name, *f.v)
 		}
 		if *f.v == 0 {
 			*f.v = f.def
 		}
 	}
 	if c.ReconnectDelayMax < c.ReconnectDelay {
-		return c, fmt.Errorf("Config.ReconnectDelayMax (%s) is less than ReconnectDelay (%s)", c.ReconnectDelayMax, c.ReconnectDelay)
+		return c, invalid("Config.ReconnectDelayMax (%s) is less than ReconnectDelay (%s)", c.ReconnectDelayMax, c.ReconnectDelay)
 	}
 	if c.AMQPConfig != nil && c.AMQPConfig.Recovery != nil {
-		return c, errors.New("Config.AMQPConfig.Recovery must be nil: the consumer reconnects by itself")
+		return c, invalid("Config.AMQPConfig.Recovery must be nil: the consumer reconnects by itself")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
+}
+
+// invalid is an error wrapping ErrInvalidConfig; the message names the field.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 }

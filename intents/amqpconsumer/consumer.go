@@ -50,7 +50,7 @@ func New(client *intents.Client, cfg *Config) (*Consumer, error) {
 	}
 	valid, err := cfg.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, err
 	}
 	uri, _ := amqp.ParseURI(valid.URL) // validated by withDefaults
 	c := &Consumer{client: client, cfg: valid, password: uri.Password, redactedURL: redactURL(valid.URL)}

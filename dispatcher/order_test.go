@@ -22,6 +22,7 @@ import (
 	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
@@ -469,5 +470,48 @@ func TestRefundsRecordedWhileTheirChargeSettles(t *testing.T) {
 		if rf.PaymentIntent != c.ProviderRef {
 			t.Fatalf("refund %+v is not of the charge %s", rf, c.ProviderRef)
 		}
+	}
+}
+
+// An ordering key is never stranded (DESIGN.md, invariant 15): one message
+// records, on key K, an intent after a charge that already failed (recorded
+// cancelled) and then another intent of K. The second waits for its turn
+// behind the first, which finished at record; it must go, not wait for a
+// settlement that never comes.
+func TestAnOrderingKeyIsNotStrandedBehindAnIntentRecordedCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.start(t, b.config())
+	charge := b.record(t, stripeprovider.KindPaymentIntent, declinedPayload)
+	if s := b.waitDone(t, charge); s.State != intenttype.StateFailed {
+		t.Fatalf("charge = %+v, want failed", s)
+	}
+	var chargeKey string
+	if err := b.pool.QueryRow(context.Background(), `SELECT idempotency_key FROM outbox_intents WHERE id = $1`, charge).Scan(&chargeKey); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.recorder.Consume(context.Background(), intents.Message{Consumer: "shop", ID: t.Name()},
+		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
+			if err := rec.Record(intents.Intent{Kind: sendgridprovider.KindEmail, Name: "after-charge", OrderingKey: "K",
+				After: []intents.After{{Key: chargeKey}}, Payload: json.RawMessage(emailPayload)}); err != nil {
+				return err
+			}
+			return rec.Record(intents.Intent{Kind: sendgridprovider.KindEmail, Name: "next-on-K", OrderingKey: "K", Payload: json.RawMessage(emailPayload)})
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, next := res.Intents[0].ID, res.Intents[1].ID
+	if s := b.intent(t, first); s.State != intenttype.StateCancelled {
+		t.Fatalf("the intent after the failed charge = %+v, want recorded cancelled", s)
+	}
+	if s := b.waitDone(t, next); s.State != intenttype.StateSucceeded {
+		t.Fatalf("the next intent of key K = %+v, want succeeded", s)
+	}
+	if n := b.sendgrid.EffectsFor(next); n != 1 {
+		t.Fatalf("the SendGrid double sent %d emails for it, want 1", n)
+	}
+	if n := b.sendgrid.EffectsFor(first); n != 0 {
+		t.Fatalf("the SendGrid double sent %d emails for the cancelled one, want 0", n)
 	}
 }

@@ -68,6 +68,8 @@ var (
 	settledQ       = mustNamed(settledSQL)
 	orderSettledQ  = mustNamed(orderSettledSQL)
 	countFinishedQ = mustNamed(countFinishedSQL)
+
+	releaseRecordedCancelledQ = mustNamed(releaseRecordedCancelledSQL)
 )
 
 // args orders a's values as q's parameters; a name a lacks is NULL, as with

@@ -79,6 +79,19 @@ func (s *Store) queueRecordOrder(b *pgx.Batch, ib *InsertBatch) {
 	if len(keys) > 0 {
 		b.Queue(countRecordedFinishedSQL, pgx.NamedArgs{"keys": keys})
 	}
+	// One recorded cancelled finishes at record: its ordering key's next
+	// intent goes, as when a settlement finishes one. Without this, an
+	// intent of the same call and key, made to wait behind it, would wait
+	// for a head that never settles (a stranded key).
+	var keyed []string
+	for _, it := range ib.order.items {
+		if len(it.Order.After) > 0 && it.Order.OrderingKey != "" {
+			keyed = append(keyed, it.Key)
+		}
+	}
+	if len(keyed) > 0 {
+		releaseRecordedCancelledQ.queue(b, s.jobArgs(pgx.NamedArgs{"keys": keyed, "notice": s.job.notice}))
+	}
 }
 
 // predecessorsFirst orders items so that each comes after the items it
@@ -189,6 +202,19 @@ WITH inserted AS (
     FROM outbox_intents i, LATERAL outbox_order_settled(i.id, @notice::text) AS t(id)
     WHERE i.id = @id::bigint
       AND (i.ordering_key IS NOT NULL OR EXISTS (SELECT 1 FROM outbox_intent_dependencies d WHERE d.after_id = i.id))
+),
+` + insertJobsCTE + `
+SELECT count(*) FROM inserted`
+
+// releaseRecordedCancelledSQL runs, for the intents of @keys that
+// outbox_order_record recorded cancelled and that hold an ordering key,
+// what a settlement that finished them would (orderSettledSQL): the next
+// of their key is released, its dispatch job inserted.
+const releaseRecordedCancelledSQL = `
+WITH inserted AS (
+    SELECT t.id
+    FROM outbox_intents i, LATERAL outbox_order_settled(i.id, @notice::text) AS t(id)
+    WHERE i.idempotency_key = ANY(@keys::text[]) AND i.state = 'cancelled' AND i.ordering_key IS NOT NULL
 ),
 ` + insertJobsCTE + `
 SELECT count(*) FROM inserted`

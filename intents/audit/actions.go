@@ -2,6 +2,8 @@ package audit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -61,6 +63,33 @@ type Action struct {
 	// named in the event's reason. 1 to MaxProviderRefLength printable
 	// bytes, no spaces.
 	ProviderRef string
+	// IfVersion, when set, makes the action conditional on the intent
+	// still being at that version when its row is locked: what the
+	// operator saw (intenttype.Intent.Version). Stronger than IfState: an
+	// intent that went in_doubt, was resent, was charged and went in_doubt
+	// again is in the state the operator saw, but not at the version, and
+	// a resend from that stale view would charge twice. Refused: a
+	// *TransitionError with Seen set. Every door (the CLI's --if-version,
+	// the API's if_version, the dashboard's forms) passes what it showed.
+	IfVersion *intenttype.Version
+	// ActionID identifies the action (DESIGN.md, invariant 11): it is
+	// recorded with the event, and an action whose id an intent's events
+	// already hold is not applied again; Act returns the intent as it is.
+	// A caller that retries after a lost answer (a client whose request
+	// timed out) sends the same ActionID. At most MaxActionIDLength
+	// printable bytes. Empty: Act makes one for this call, so its own
+	// retries after a lost commit acknowledgement are safe.
+	ActionID string
+}
+
+// MaxActionIDLength bounds Action.ActionID.
+const MaxActionIDLength = 128
+
+// newActionID returns a random action id.
+func newActionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "act_" + hex.EncodeToString(b[:])
 }
 
 // Resend moves an in_doubt intent back to pending under a new key
@@ -104,8 +133,12 @@ func (s *Store) Act(ctx context.Context, a Action) (intenttype.Intent, error) {
 	if err != nil {
 		return intenttype.Intent{}, err
 	}
+	if a.ActionID == "" {
+		a.ActionID = newActionID()
+	}
 	err = s.store.Act(ctx, intentstore.OperatorAction{
 		Kind: a.Kind, IntentID: a.IntentID, To: a.As, Actor: actor, Reason: a.Reason, IfState: a.IfState, ProviderRef: a.ProviderRef,
+		IfVersion: a.IfVersion, ActionID: a.ActionID,
 	})
 	var te *TransitionError
 	if errors.As(err, &te) {
@@ -164,6 +197,12 @@ func (a Action) validate() (string, error) {
 		case !printable(a.ProviderRef) || strings.ContainsFunc(a.ProviderRef, unicode.IsSpace):
 			return "", inputError("provider_ref", "contains spaces, control characters or invalid UTF-8")
 		}
+	}
+	if len(a.ActionID) > MaxActionIDLength || !printable(a.ActionID) || strings.ContainsFunc(a.ActionID, unicode.IsSpace) {
+		return "", inputError("action_id", "at most %d printable bytes without spaces", MaxActionIDLength)
+	}
+	if v := a.IfVersion; v != nil && (v.KeyGeneration < 0 || v.AttemptCount < 0) {
+		return "", inputError("if_version", "version %s has a negative part", v)
 	}
 	if a.IfState != "" && !a.IfState.Valid() {
 		return "", inputError("if_state", "unknown state %q (known: %s)", truncate(string(a.IfState), 40), stateNames())

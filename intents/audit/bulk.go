@@ -25,6 +25,16 @@ type BulkAction struct {
 	Actor string `json:"actor"`
 	// Reason is why; required for a bulk action.
 	Reason string `json:"reason"`
+	// ActionID identifies the bulk action: each intent's action is
+	// ActionID + ":" + its id, so a bulk run again after a lost answer
+	// applies nothing twice. Empty: ActAll makes one.
+	ActionID string `json:"action_id,omitempty"`
+	// Seen, when set, is what the operator saw (a dry run's items): only
+	// those intents are acted on, each guarded by the version it was seen
+	// at, and an intent the filter matches now but the operator did not see
+	// is refused. Without it, each intent is guarded by the version it is
+	// listed at when ActAll runs.
+	Seen map[int64]intenttype.Version `json:"seen,omitempty"`
 }
 
 // Outcomes of one intent in a bulk action.
@@ -49,6 +59,9 @@ type BulkItem struct {
 	From     intenttype.State `json:"from"`
 	// To is the state the action moves the intent to.
 	To intenttype.State `json:"to"`
+	// Version is the intent's version when listed (what a later run's
+	// BulkAction.Seen takes).
+	Version intenttype.Version `json:"version"`
 	// Outcome is BulkDone, BulkWould, BulkRefused or BulkError.
 	Outcome string `json:"outcome"`
 	// Why explains a refusal or an error.
@@ -70,8 +83,11 @@ type BulkResult struct {
 
 // ActAll applies a to every intent matching f (its Cursor and Limit are
 // ignored), one intent at a time: each is its own transaction with its own
-// event, through Act, with IfState set to the state the intent was listed
-// in, so an intent that changed meanwhile is refused, not overridden. It
+// event, through Act, guarded by the state and version the intent was
+// listed at (or, with a.Seen, seen at), so an intent that changed meanwhile
+// is refused, not overridden; each intent's action has the identity
+// a.ActionID:<id>, so a bulk run again with the same ActionID after a lost
+// answer applies nothing twice. It
 // keeps going after a refusal or an error, and reports each to progress
 // (when not nil) and in the result.
 //
@@ -116,19 +132,39 @@ func (s *Store) ActAll(ctx context.Context, f Filter, a BulkAction, dryRun bool,
 	}
 	res.Matched = len(listed)
 	to := a.target()
+	if a.ActionID == "" {
+		a.ActionID = newActionID()
+	}
 	for _, in := range listed {
-		item := BulkItem{IntentID: in.ID, Kind: in.Kind, From: in.State, To: to}
+		item := BulkItem{IntentID: in.ID, Kind: in.Kind, From: in.State, To: to, Version: in.Version()}
+		guard := in.Version()
+		if a.Seen != nil {
+			seen, ok := a.Seen[in.ID]
+			if !ok {
+				item.Outcome, item.Why = BulkRefused, "not among the intents seen: it matches the filter only now"
+				res.Refused++
+				res.Items = append(res.Items, item)
+				if progress != nil {
+					progress(item)
+				}
+				continue
+			}
+			guard = seen
+		}
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 		if dryRun {
-			if why := a.refusal(in); why != "" {
+			if why := a.refusal(in); why == "" && guard != in.Version() {
+				item.Outcome, item.Why = BulkRefused, fmt.Sprintf("it changed since it was seen (seen at version %s, now %s)", guard, in.Version())
+			} else if why != "" {
 				item.Outcome, item.Why = BulkRefused, why
 			} else {
 				item.Outcome = BulkWould
 			}
 		} else {
-			_, err := s.Act(ctx, Action{Kind: a.Kind, IntentID: in.ID, As: a.As, Actor: a.Actor, Reason: a.Reason, IfState: in.State})
+			_, err := s.Act(ctx, Action{Kind: a.Kind, IntentID: in.ID, As: a.As, Actor: a.Actor, Reason: a.Reason, IfState: in.State,
+				IfVersion: &guard, ActionID: fmt.Sprintf("%s:%d", a.ActionID, in.ID)})
 			var te *TransitionError
 			switch {
 			case err == nil:

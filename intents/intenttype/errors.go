@@ -48,12 +48,21 @@ type TransitionError struct {
 	// Expected is the action's expected state when that precondition
 	// failed.
 	Expected State
+	// Seen and Now, when Seen is set, are the version the action was
+	// guarded by and the intent's version when it was locked: it changed
+	// since the operator saw it.
+	Seen *Version
+	Now  Version
 	// Why explains a refusal the states alone do not (an attempt that may
 	// have acted).
 	Why string
 }
 
 func (e *TransitionError) Error() string {
+	if e.Seen != nil {
+		return fmt.Sprintf("cannot %s intent %d: it changed since it was seen (seen at version %s, now %s %s): look at it again",
+			e.Action, e.IntentID, e.Seen, e.From, e.Now)
+	}
 	if e.Expected != "" {
 		return fmt.Sprintf("cannot %s intent %d: it is %s, not %s as expected (it changed meanwhile)", e.Action, e.IntentID, e.From, e.Expected)
 	}

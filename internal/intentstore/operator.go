@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 )
@@ -22,8 +23,14 @@ type OperatorAction struct {
 	Actor  string
 	Reason string
 	// IfState makes the action conditional on the intent still being in
-	// that state when its row is locked.
-	IfState intenttype.State
+	// that state when its row is locked; IfVersion, at that version.
+	IfState   intenttype.State
+	IfVersion *intenttype.Version
+	// ActionID identifies the action: an intent whose events already hold
+	// it has had it applied, and Act returns nil without applying it again
+	// (a retry after a lost commit acknowledgement). Empty: no identity,
+	// and Act does not retry a resend (see Act).
+	ActionID string
 	// ProviderRef, for a resolve as succeeded, is set as the intent's
 	// provider reference (what intents after it fill from) and named in
 	// the event's reason.
@@ -46,29 +53,58 @@ type OperatorAction struct {
 // An action that finishes an intent (cancel, resolve) decides, in the same
 // transaction, the intents waiting for it (see order.go): released or
 // cancelled, as a settlement would.
+//
+// With an ActionID, an action already applied to the intent is not applied
+// again (nil, nothing changed), so Act retries it on transient errors: a
+// commit whose acknowledgement was lost is found applied, not resent.
+// Without one it is run once: a retry could not tell a lost commit from a
+// failed one, and a resend is not idempotent.
 func (s *Store) Act(ctx context.Context, a OperatorAction) error {
 	allowed := a.Kind.AllowedFrom()
 	if allowed == nil {
 		return fmt.Errorf("intentstore: unknown action %q", a.Kind)
+	}
+	if a.ActionID == "" {
+		return s.act(ctx, a, allowed)
 	}
 	// Taking a waiting intent's ordering key can meet a settlement of the
 	// same key in a deadlock PostgreSQL breaks: the action is run again.
 	return retryTransient(ctx, func(ctx context.Context) error { return s.act(ctx, a, allowed) })
 }
 
+// errApplied rolls back an action whose event, inserted by a concurrent
+// run of the same action, is already there.
+var errApplied = errors.New("intentstore: the action was applied meanwhile")
+
 func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.State) error {
+	err := s.actTx(ctx, a, allowed)
+	if errors.Is(err, errApplied) {
+		return nil
+	}
+	return err
+}
+
+func (s *Store) actTx(ctx context.Context, a OperatorAction, allowed []intenttype.State) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var current intenttype.State
-		var mayHaveActed bool
-		err := tx.QueryRow(ctx, lockForOperatorSQL, pgx.NamedArgs{"id": a.IntentID}).Scan(&current, &mayHaveActed)
+		var mayHaveActed, applied bool
+		var now intenttype.Version
+		err := tx.QueryRow(ctx, lockForOperatorSQL, pgx.NamedArgs{"id": a.IntentID, "action_id": nullString(a.ActionID)}).
+			Scan(&current, &mayHaveActed, &now.KeyGeneration, &now.AttemptCount, &applied)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: no intent has id %d", intenttype.ErrNotFound, a.IntentID)
 		}
 		if err != nil {
 			return err
 		}
+		if applied {
+			return nil // this action's event is there: it was applied
+		}
 		refuse := &intenttype.TransitionError{IntentID: a.IntentID, From: current, Action: string(a.Kind), Allowed: allowed}
 		switch {
+		case a.IfVersion != nil && *a.IfVersion != now:
+			refuse.Seen, refuse.Now = a.IfVersion, now
+			return refuse
 		case a.IfState != "" && current != a.IfState:
 			refuse.Expected = a.IfState
 			return refuse
@@ -108,7 +144,13 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 		if ref != nil {
 			reason += fmt.Sprintf(" (provider reference set: %s)", *ref)
 		}
-		if _, err := tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": reason}); err != nil {
+		if _, err := tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": reason, "action_id": nullString(a.ActionID)}); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "outbox_events_action_idx" {
+				// The same action, run at once elsewhere, committed first
+				// (the lock's snapshot could not show its event).
+				return errApplied
+			}
 			return err
 		}
 		if a.Kind == intenttype.ActionResend {

@@ -579,7 +579,8 @@ WHERE minute IN (
 // commit, so concurrent actions and the dispatcher's claims and settlements
 // serialise with it.
 const lockForOperatorSQL = `
-SELECT state, may_have_acted
+SELECT state, may_have_acted, key_generation, attempt_count,
+    EXISTS (SELECT 1 FROM outbox_events e WHERE e.intent_id = @id AND e.action_id = @action_id) AS applied
 FROM outbox_intents
 WHERE id = @id
 FOR UPDATE`
@@ -604,8 +605,8 @@ SET state = @to::text, recheck_at = NULL, updated_at = now(), finished_at = now(
 WHERE id = @id`
 
 const insertEventSQL = `
-INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
-VALUES (@id, @actor, @from::text, @to::text, @reason)`
+INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason, action_id)
+VALUES (@id, @actor, @from::text, @to::text, @reason, @action_id)`
 
 // insertRevealEventSQL records that an operator was shown an intent's
 // payload: an event from the intent's state to the same state. FOR SHARE

@@ -43,6 +43,14 @@ type actionRequest struct {
 	// IfState, when set, makes the action conditional on the intent still
 	// being in that state (409 otherwise).
 	IfState string `json:"if_state"`
+	// IfVersion, when set, makes it conditional on the intent still being
+	// at that version, as intents carry it ("g0.a2": key_generation and
+	// attempt_count), 409 otherwise: what the caller saw.
+	IfVersion string `json:"if_version"`
+	// ActionID identifies the action: a request repeated with the same id
+	// (after a lost answer) is found applied and answered with the intent
+	// as it is, not applied twice.
+	ActionID string `json:"action_id"`
 	// ProviderRef, for a resolve as succeeded only, is the provider's
 	// reference for the effect (see audit.Action.ProviderRef).
 	ProviderRef string `json:"provider_ref"`
@@ -151,7 +159,7 @@ func actorOf(r *http.Request) string {
 // arguments and the transition, and returns the intent as it now is,
 // payload redacted.
 func (s *Server) act(r *http.Request, id int64, action string, req actionRequest, actor string) (intenttype.Intent, error) {
-	in, err := s.cfg.Audit.Act(r.Context(), audit.Action{
+	a := audit.Action{
 		Kind:     actions[action].kind,
 		IntentID: id,
 		As:       intenttype.State(req.As),
@@ -160,7 +168,16 @@ func (s *Server) act(r *http.Request, id int64, action string, req actionRequest
 		IfState:  intenttype.State(req.IfState),
 		// Not trimmed: a reference with spaces is refused, not altered.
 		ProviderRef: req.ProviderRef,
-	})
+		ActionID:    req.ActionID,
+	}
+	if req.IfVersion != "" {
+		v, err := intenttype.ParseVersion(req.IfVersion)
+		if err != nil {
+			return intenttype.Intent{}, &requestError{Status: http.StatusBadRequest, Field: "if_version", Msg: err.Error()}
+		}
+		a.IfVersion = &v
+	}
+	in, err := s.cfg.Audit.Act(r.Context(), a)
 	if err != nil {
 		return intenttype.Intent{}, err
 	}

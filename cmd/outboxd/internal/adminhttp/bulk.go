@@ -23,6 +23,19 @@ type bulkRequest struct {
 	Reason string `json:"reason"`
 	// DryRun lists what would change and changes nothing.
 	DryRun bool `json:"dry_run"`
+	// ActionID identifies the bulk action: sent again with the same id
+	// (after a lost answer), no intent is acted on twice.
+	ActionID string `json:"action_id"`
+	// Seen, when set, is what the caller saw (a dry run's items: intent id
+	// and version): only those intents are acted on, each only at the
+	// version seen.
+	Seen []bulkSeen `json:"seen"`
+}
+
+// bulkSeen is one intent as a dry run showed it.
+type bulkSeen struct {
+	IntentID int64              `json:"intent_id"`
+	Version  intenttype.Version `json:"version"`
 }
 
 type bulkFilter struct {
@@ -74,9 +87,17 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	actor := actorOf(r)
-	res, err := s.cfg.Audit.ActAll(r.Context(), f, audit.BulkAction{
-		Kind: act.kind, As: intenttype.State(req.As), Actor: actor, Reason: strings.TrimSpace(req.Reason),
-	}, req.DryRun, nil)
+	ba := audit.BulkAction{Kind: act.kind, As: intenttype.State(req.As), Actor: actor, Reason: strings.TrimSpace(req.Reason), ActionID: req.ActionID}
+	if req.Seen != nil {
+		if len(req.Seen) > audit.MaxBulkIntents {
+			return badRequest("seen", "more than %d intents", audit.MaxBulkIntents)
+		}
+		ba.Seen = make(map[int64]intenttype.Version, len(req.Seen))
+		for _, it := range req.Seen {
+			ba.Seen[it.IntentID] = it.Version
+		}
+	}
+	res, err := s.cfg.Audit.ActAll(r.Context(), f, ba, req.DryRun, nil)
 	if err != nil && res.Matched == 0 {
 		return err
 	}

@@ -3,7 +3,9 @@ package adminhttp
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -369,6 +371,9 @@ type confirmBody struct {
 	Actor   string
 	// ProviderRef is a resolve's provider reference, as typed.
 	ProviderRef string
+	// ActionID is the form's action identity: a form posted twice (a
+	// double click, a reload after a lost answer) is applied once.
+	ActionID string
 }
 
 func (s *Server) loadForAction(r *http.Request) (confirmBody, error) {
@@ -384,7 +389,7 @@ func (s *Server) loadForAction(r *http.Request) (confirmBody, error) {
 	if err != nil {
 		return confirmBody{}, err
 	}
-	b := confirmBody{Intent: d.Intent, Action: action, From: actions[action].kind.AllowedFrom()}
+	b := confirmBody{Intent: d.Intent, Action: action, From: actions[action].kind.AllowedFrom(), ActionID: newFormActionID()}
 	for _, from := range b.From {
 		b.Allowed = b.Allowed || from == d.Intent.State
 	}
@@ -423,9 +428,13 @@ func (s *Server) actionSubmit(w http.ResponseWriter, r *http.Request) error {
 	if b.Actor != "" {
 		actor = "dashboard:" + b.Actor
 	}
-	// The action applies only if the intent is still in the state the
-	// operator saw on the confirmation page.
-	req := actionRequest{Reason: b.Reason, IfState: r.PostForm.Get("seen_state")}
+	// The action applies only if the intent is still in the state and at
+	// the version the operator saw on the confirmation page, and once
+	// however often the form is posted.
+	if id := r.PostForm.Get("action_id"); id != "" {
+		b.ActionID = id
+	}
+	req := actionRequest{Reason: b.Reason, IfState: r.PostForm.Get("seen_state"), IfVersion: r.PostForm.Get("seen_version"), ActionID: b.ActionID}
 	if b.Action == "resolve" {
 		req.As = b.As
 		req.ProviderRef = strings.TrimSpace(b.ProviderRef)
@@ -547,4 +556,11 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
 	}
 	http.Redirect(w, r, target, http.StatusSeeOther)
 	return nil
+}
+
+// newFormActionID is a confirmation form's action identity.
+func newFormActionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "form_" + hex.EncodeToString(b[:])
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
 	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"golang.org/x/term"
 )
 
 // bulkHelp is the bulk form's part of retry's, cancel's and resolve's help.
@@ -30,8 +32,8 @@ exits 1 if any intent was refused or failed.
 
 // runBulkAction applies a to every intent af's filters select.
 func runBulkAction(ctx context.Context, env Env, af *actionFlags, a audit.BulkAction) error {
-	if *af.expectState != "" {
-		return usageErrorf("--expect-state is for one intent: in bulk, each intent is acted on only if it is still in the state it was listed in")
+	if *af.expectState != "" || *af.ifVersion != "" {
+		return usageErrorf("--expect-state and --if-version are for one intent: in bulk, each intent is acted on only if it is still in the state and at the version it was listed at")
 	}
 	if *af.dryRun && *af.yes {
 		return usageErrorf("--dry-run changes nothing; --yes is for a real run: give one of them")
@@ -81,6 +83,14 @@ func runBulkAction(ctx context.Context, env Env, af *actionFlags, a audit.BulkAc
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "yes" && a != "y" {
 			fmt.Fprintln(env.Stdout, "nothing was changed")
 			return nil
+		}
+		// Confirmed: act on what was shown, each intent at the version it
+		// was shown at, and on nothing that matches only now.
+		a.Seen = map[int64]intenttype.Version{}
+		for _, it := range preview.Items {
+			if it.Outcome == audit.BulkWould {
+				a.Seen[it.IntentID] = it.Version
+			}
 		}
 	}
 	res, err := store.ActAll(ctx, f, a, *af.dryRun, printer(env.Stdout))
@@ -149,9 +159,7 @@ func allowedStates(kind audit.ActionKind) string {
 // isTerminal reports whether r is a terminal to ask a question on.
 func isTerminal(r io.Reader) bool {
 	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	// A character device is not enough: /dev/null is one. Only a terminal
+	// answers the terminal's ioctl.
+	return ok && term.IsTerminal(int(f.Fd()))
 }

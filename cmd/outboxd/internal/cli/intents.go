@@ -331,6 +331,9 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) erro
 	}
 	fmt.Fprintf(tw, "reference\t%s\n", orDash(termtext.Line(in.Reference)))
 	fmt.Fprintf(tw, "attempts\t%d\n", in.AttemptCount)
+	if !in.State.Terminal() {
+		fmt.Fprintf(tw, "version\t%s (to act only on the intent as shown here: --if-version %s)\n", in.Version(), in.Version())
+	}
 	fmt.Fprintf(tw, "provider reference\t%s\n", orDash(termtext.Line(in.ProviderRef)))
 	if in.ProviderKey != "" {
 		fmt.Fprintf(tw, "provider key\t%s (namespace %s, key generation %d)\n", termtext.Line(in.ProviderKey), orDash(termtext.Line(in.Namespace)), in.KeyGeneration)
@@ -439,6 +442,8 @@ type actionFlags struct {
 	actor       string
 	reason      *string
 	expectState *string
+	ifVersion   *string
+	actionID    *string
 	asJSON      *bool
 	// providerRef is resolve's --provider-ref; nil for the other actions.
 	providerRef *string
@@ -456,6 +461,8 @@ func (a *actionFlags) register(fs *flag.FlagSet, env Env) {
 	fs.StringVar(&a.actor, "actor", actor, `who acts, recorded as "operator:<actor>"; the default is $USER, else "operator"`)
 	a.reason = fs.String("reason", "", fmt.Sprintf("why; recorded in the event log (required, at most %d characters)", audit.MaxReasonLength))
 	a.expectState = fs.String("expect-state", "", "act only if the intent is still in this state (the one you saw); otherwise change nothing and exit 1")
+	a.ifVersion = fs.String("if-version", "", "act only if the intent is still at this version (g<key generation>.a<attempts>, as 'intents show' prints it): a resend that already went out and came back in_doubt is refused; otherwise change nothing and exit 1")
+	a.actionID = fs.String("action-id", "", "the action's identity: run again with the same id (after a lost answer, say), it is found applied and not applied twice; the default is a fresh one")
 	a.asJSON = fs.Bool("json", false, "print the intent, as it now is, as JSON (in bulk: the summary and every intent's outcome)")
 	a.filter = registerFilterFlags(fs)
 	a.dryRun = fs.Bool("dry-run", false, "in bulk: list what would change, and change nothing")
@@ -468,6 +475,10 @@ func actionArgFlag(field string) string {
 	switch field {
 	case "if_state":
 		return "--expect-state"
+	case "if_version":
+		return "--if-version"
+	case "action_id":
+		return "--action-id"
 	case "id":
 		return "ID"
 	}
@@ -567,9 +578,16 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 		if providerRef != "" {
 			return usageErrorf("--provider-ref names one intent's effect: give the intent's ID|KEY, not filters")
 		}
-		return runBulkAction(ctx, env, af, audit.BulkAction{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason})
+		return runBulkAction(ctx, env, af, audit.BulkAction{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason, ActionID: *af.actionID})
 	}
-	action := audit.Action{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason, IfState: intenttype.State(*af.expectState), ProviderRef: providerRef}
+	action := audit.Action{Kind: kind, As: as, Actor: af.actor, Reason: *af.reason, IfState: intenttype.State(*af.expectState), ProviderRef: providerRef, ActionID: *af.actionID}
+	if *af.ifVersion != "" {
+		v, err := intenttype.ParseVersion(*af.ifVersion)
+		if err != nil {
+			return usageErrorf("--if-version: %v", err)
+		}
+		action.IfVersion = &v
+	}
 	id, numeric := parseID(idOrKey)
 	action.IntentID = max(id, 1) // validated for real once a key is looked up
 	if err := action.Validate(); err != nil {

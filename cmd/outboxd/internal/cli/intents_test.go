@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/cli"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
@@ -511,5 +513,55 @@ func TestIntentsRefuseBadBytesInFlagsAndArguments(t *testing.T) {
 	}
 	if after := snapshot(); after != before {
 		t.Errorf("refused commands changed the database:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// An action from a stale view is refused at the CLI too: --if-version is
+// what `intents show` printed.
+func TestActionsTakeTheVersionShown(t *testing.T) {
+	t.Parallel()
+	db := newOperatorDB(t)
+	db.setState(t, db.receipt, intenttype.StateInDoubt, "provider said 500")
+	id := fmt.Sprint(db.receipt)
+	r := db.run(t, "intents", "show", id)
+	wantContains(t, "intents show", r.stdout, "version", "--if-version g0.a1")
+
+	r = db.run(t, "intents", "retry", id, "--reason", "x", "--if-version", "g3.a9")
+	if r.code != 1 {
+		t.Fatalf("retry at a version not seen: %s; want exit 1", r)
+	}
+	wantContains(t, "stderr", r.stderr, "changed since it was seen", "g3.a9", "nothing was changed")
+	if state, _ := db.state(t, db.receipt); state != intenttype.StateInDoubt {
+		t.Fatalf("receipt is %s after a refused retry, want in_doubt", state)
+	}
+	if r = db.run(t, "intents", "retry", id, "--reason", "x", "--if-version", "3.9"); r.code != 2 || !strings.Contains(r.stderr, "--if-version") {
+		t.Fatalf("retry with a malformed --if-version: %s; want a usage error naming it", r)
+	}
+	r = db.run(t, "intents", "retry", id, "--reason", "checked", "--if-version", "g0.a1", "--action-id", "ticket-42")
+	if r.code != 0 {
+		t.Fatalf("retry at the version shown: %s", r)
+	}
+	// The same action again: found applied, not refused as pending.
+	if r = db.run(t, "intents", "retry", id, "--reason", "checked", "--action-id", "ticket-42"); r.code != 0 {
+		t.Fatalf("the same retry again: %s; want it found applied", r)
+	}
+}
+
+// /dev/null is a character device, not a terminal: a bulk action without
+// --yes is refused, not asked and answered "nothing was changed" (a silent
+// no-op under cron).
+func TestBulkConfirmationNeedsARealTerminal(t *testing.T) {
+	t.Parallel()
+	db := newOperatorDB(t)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	env, stdout, stderr := environment(db.env, "")
+	env.Stdin = devnull
+	code := cli.Main(context.Background(), []string{"intents", "cancel", "--state", "pending", "--reason", "x"}, env)
+	if code != 2 || !strings.Contains(stderr.String(), "needs --yes when stdin is not a terminal") || strings.Contains(stdout.String(), "type yes") {
+		t.Fatalf("bulk cancel with stdin /dev/null: exit %d\nstdout %s\nstderr %s\nwant exit 2 asking for --yes", code, stdout, stderr)
 	}
 }

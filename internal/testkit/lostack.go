@@ -1,0 +1,144 @@
+package testkit
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// LostAckProxy is a TCP proxy in front of PostgreSQL that can lose a
+// commit's acknowledgement: armed, it forwards the next COMMIT a client
+// sends (pgx sends it as a simple query), waits for the server's answer,
+// and closes the client's connection instead of passing it on. The
+// transaction is committed; the client cannot know. Everything else is
+// passed through unchanged. It needs sslmode=disable.
+type LostAckProxy struct {
+	t     *testing.T
+	ln    net.Listener
+	dst   string
+	armed atomic.Int64
+	lost  atomic.Int64
+	wg    sync.WaitGroup
+}
+
+// NewLostAckProxy starts a proxy to the server at addr ("127.0.0.1:5432"),
+// closed when t ends.
+func NewLostAckProxy(t *testing.T, addr string) *LostAckProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &LostAckProxy{t: t, ln: ln, dst: addr}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
+	return p
+}
+
+// Addr is the proxy's address, to put in a database URL's host and port.
+func (p *LostAckProxy) Addr() string { return p.ln.Addr().String() }
+
+// Arm makes the next n commits through the proxy lose their
+// acknowledgement.
+func (p *LostAckProxy) Arm(n int) { p.armed.Store(int64(n)) }
+
+// Lost counts the acknowledgements lost so far.
+func (p *LostAckProxy) Lost() int { return int(p.lost.Load()) }
+
+func (p *LostAckProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.dst)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.wg.Add(2)
+		committing := make(chan struct{}, 1)
+		go func() { defer p.wg.Done(); p.fromClient(c, s, committing) }()
+		go func() { defer p.wg.Done(); p.fromServer(s, c, committing) }()
+	}
+}
+
+var commitQuery = []byte("commit\x00")
+
+// fromClient forwards the client's messages, noting an armed COMMIT.
+func (p *LostAckProxy) fromClient(c, s net.Conn, committing chan<- struct{}) {
+	defer s.Close()
+	defer c.Close()
+	// The startup message has no type byte: a length, then the rest.
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return
+	}
+	rest := make([]byte, binary.BigEndian.Uint32(n[:])-4)
+	if _, err := io.ReadFull(c, rest); err != nil {
+		return
+	}
+	if _, err := s.Write(append(n[:], rest...)); err != nil {
+		return
+	}
+	for {
+		var head [5]byte
+		if _, err := io.ReadFull(c, head[:]); err != nil {
+			return
+		}
+		body := make([]byte, binary.BigEndian.Uint32(head[1:])-4)
+		if _, err := io.ReadFull(c, body); err != nil {
+			return
+		}
+		if head[0] == 'Q' && bytes.EqualFold(body, commitQuery) && p.armed.Add(-1) >= 0 {
+			committing <- struct{}{}
+		}
+		if _, err := s.Write(append(head[:], body...)); err != nil {
+			return
+		}
+	}
+}
+
+// fromServer forwards the server's messages; after an armed COMMIT, it
+// reads the server's answer up to ReadyForQuery and closes the client's
+// connection instead of forwarding it.
+func (p *LostAckProxy) fromServer(s, c net.Conn, committing <-chan struct{}) {
+	defer c.Close()
+	defer s.Close()
+	for {
+		var head [5]byte
+		if _, err := io.ReadFull(s, head[:]); err != nil {
+			return
+		}
+		body := make([]byte, binary.BigEndian.Uint32(head[1:])-4)
+		if _, err := io.ReadFull(s, body); err != nil {
+			return
+		}
+		select {
+		case <-committing:
+			// The answer to the COMMIT: CommandComplete, then
+			// ReadyForQuery. Swallow both and hang up.
+			for head[0] != 'Z' {
+				if _, err := io.ReadFull(s, head[:]); err != nil {
+					return
+				}
+				body = make([]byte, binary.BigEndian.Uint32(head[1:])-4)
+				if _, err := io.ReadFull(s, body); err != nil {
+					return
+				}
+			}
+			p.lost.Add(1)
+			return
+		default:
+		}
+		if _, err := c.Write(append(head[:], body...)); err != nil {
+			return
+		}
+	}
+}

@@ -44,6 +44,11 @@ const (
 	// DefaultAbsenceSettleTime outlasts any request a provider may still be
 	// executing after its caller gave up (Stripe's run well under a minute).
 	DefaultAbsenceSettleTime = 5 * time.Minute
+	// DefaultSettleRetryFor rides out a primary's failover or restart: an
+	// outcome the provider confirmed is sent to the database again for
+	// this long before it is given up (the intent is then taken over and
+	// reconciled, or held in_doubt).
+	DefaultSettleRetryFor = 15 * time.Minute
 
 	DefaultDedupWindow       = 7 * 24 * time.Hour
 	DefaultAuditRetention    = 30 * 24 * time.Hour
@@ -109,6 +114,12 @@ type Config struct {
 	// the request may still be executing at the provider. Defaults to
 	// DefaultAbsenceSettleTime.
 	AbsenceSettleTime time.Duration
+
+	// SettleRetryFor bounds how long a settlement, a claim's release or a
+	// recorded look-up that meets transient database errors (a lost
+	// connection, a failover, a restart) is sent again. A worker waits
+	// meanwhile. Defaults to DefaultSettleRetryFor.
+	SettleRetryFor time.Duration
 
 	// RecheckInterval is how often the leader looks for in_doubt intents
 	// whose look-up is due. Defaults to DefaultRecheckInterval.
@@ -228,6 +239,7 @@ func (c *Config) withDefaults() (*Config, error) {
 		{"RecheckDelay", &out.RecheckDelay, DefaultRecheckDelay},
 		{"RecheckInterval", &out.RecheckInterval, DefaultRecheckInterval},
 		{"AbsenceSettleTime", &out.AbsenceSettleTime, DefaultAbsenceSettleTime},
+		{"SettleRetryFor", &out.SettleRetryFor, DefaultSettleRetryFor},
 	}
 	for _, d := range durations {
 		if *d.value < 0 {

@@ -57,7 +57,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := intentstore.New(pool, nil)
+	store, err := intentstore.New(pool, &intentstore.Config{RetryFor: cfg.SettleRetryFor, Now: cfg.Now})
 	if err != nil {
 		return nil, err
 	}

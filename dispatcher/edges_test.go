@@ -273,3 +273,43 @@ func TestRefundAfterTheChargeIsPerformedOnce(t *testing.T) {
 		t.Fatalf("refund attempts = %+v, want the last one a replay", a)
 	}
 }
+
+// A worker whose claim committed but whose answer was lost knows it did not
+// call the provider, and says so when the database answers again
+// (DESIGN.md, invariant 15): the attempt is closed as not called, and the
+// intent is performed once, never held in_doubt as "stopped during the
+// call". Before, 7 of 3,000 emails ended in_doubt this way after an
+// immediate Postgres crash.
+func TestAClaimWhoseAnswerIsLostIsReleasedAsNotCalled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	proxied, proxy := b.proxiedPool(t)
+	proxy.ArmStatement("AS claim_first_used", 1) // loadClaimSQL: the load that claims
+	id := b.record(t, sendgridprovider.KindEmail, emailPayload)
+	b.startOn(t, proxied, b.config())
+
+	s := b.waitDone(t, id)
+	if s.State != intenttype.StateSucceeded {
+		t.Fatalf("intent = %+v, want succeeded", s)
+	}
+	if proxy.Lost() != 1 {
+		t.Fatalf("the proxy lost %d answers, want 1", proxy.Lost())
+	}
+	if n := b.sendgrid.EffectsFor(id); n != 1 {
+		t.Fatalf("the SendGrid double sent %d emails, want 1", n)
+	}
+	a := b.attempts(t, id)
+	if len(a) != 2 || a[0].Outcome != "retry" || !strings.Contains(a[0].Error, "not called") || a[1].Outcome != "succeeded" {
+		t.Fatalf("attempts = %+v, want the lost claim closed as not called, then the one call", a)
+	}
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND to_state = 'in_doubt'`, id); n != 0 {
+		t.Fatalf("the intent went in_doubt %d times", n)
+	}
+	var mayHaveActed bool
+	if err := b.pool.QueryRow(context.Background(), `SELECT may_have_acted FROM outbox_intents WHERE id = $1`, id).Scan(&mayHaveActed); err != nil {
+		t.Fatal(err)
+	}
+	if !mayHaveActed {
+		t.Fatal("may_have_acted is false after the call that sent the email")
+	}
+}

@@ -3,7 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
-	"net/url"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +15,6 @@ import (
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/fixture"
-	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 )
@@ -116,25 +115,7 @@ func TestAResendWhoseCommitAckIsLostIsAppliedOnce(t *testing.T) {
 	b.start(t, b.config())
 	in := b.inDoubtEmail(t)
 
-	_, dbURL := pgtest.NewDB(t) // only for the server's address
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testkit.NewLostAckProxy(t, u.Host)
-	cfg := b.pool.Config().Copy()
-	host, port, _ := strings.Cut(proxy.Addr(), ":")
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
-	cfg.ConnConfig.Fallbacks = nil
-	proxied, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxied.Close)
+	proxied, proxy := b.proxiedPool(t)
 	store := fixture.Audit(t, proxied, b.registry)
 
 	proxy.Arm(1)
@@ -151,4 +132,24 @@ func TestAResendWhoseCommitAckIsLostIsAppliedOnce(t *testing.T) {
 	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND from_state = 'in_doubt' AND to_state = 'pending'`, in.ID); n != 1 {
 		t.Fatalf("%d resend events, want 1", n)
 	}
+}
+
+// proxiedPool returns a pool on the test's database through a
+// testkit.LostAckProxy, closed when t ends.
+func (b *testBundle) proxiedPool(t *testing.T) (*pgxpool.Pool, *testkit.LostAckProxy) {
+	t.Helper()
+	cfg := b.pool.Config().Copy()
+	proxy := testkit.NewLostAckProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
+	proxied, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxied.Close)
+	return proxied, proxy
 }

@@ -48,7 +48,7 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 		return nil
 	}
 	if err != nil {
-		return err
+		return d.releaseUnsent(ctx, intentID, now, err)
 	}
 	row := loaded.Row
 	if loaded.Claim != nil {
@@ -158,9 +158,25 @@ func (s *step) attempt(ctx context.Context, now time.Time) error {
 		_, span := d.startAttempt(ctx, s.row, s.p.Name())
 		spanError(span, err.Error())
 		span.End()
-		return err
+		return d.releaseUnsent(ctx, s.row.ID, now, err)
 	}
 	return s.perform(ctx, claim)
+}
+
+// releaseUnsent follows a load or claim whose answer never came (err): it
+// may have committed a claim, and this worker knows it did not call the
+// provider, so it says so once the database answers again, instead of
+// leaving an attempt that reads as stopped during its call (DESIGN.md,
+// invariant 15). It returns err: River runs the job again.
+func (d *Dispatcher) releaseUnsent(ctx context.Context, id int64, claimedAt time.Time, err error) error {
+	released, relErr := d.store.ReleaseUnsent(ctx, id, claimedAt, "not called: the claim's answer was lost ("+err.Error()+")")
+	switch {
+	case relErr != nil:
+		d.config.Logger.WarnContext(ctx, "could not release a claim whose answer was lost", "intent_id", id, "error", relErr)
+	case released:
+		d.config.Logger.InfoContext(ctx, "released a claim whose answer was lost; the provider was not called", "intent_id", id)
+	}
+	return err
 }
 
 // perform calls the provider under claim, committed, and settles the

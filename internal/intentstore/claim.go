@@ -139,3 +139,27 @@ func queueClaim(b *pgx.Batch, p ClaimParams) *claimResult {
 	})
 	return res
 }
+
+// ReleaseUnsent undoes a claim that may have committed but whose answer
+// was lost (the connection dropped after the commit): the caller knows it
+// did not call the provider, so the attempt is closed as not called
+// (outcome retry) and the intent goes back to pending, "may have acted" as
+// it was, instead of being taken over later as an attempt that stopped
+// during its call (DESIGN.md, invariant 15). The claim is known by its
+// attempt's started_at, the @now the caller claimed with: a claim someone
+// else holds is never released. It reports whether it released one (false:
+// the claim had not committed, or was already settled) and retries
+// transient errors for Config.RetryFor, so it says so once the database is
+// back.
+func (s *Store) ReleaseUnsent(ctx context.Context, id int64, claimedAt time.Time, why string) (bool, error) {
+	var n int
+	err := s.retryTransient(context.WithoutCancel(ctx), func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, releaseUnsentSQL, pgx.NamedArgs{
+			"id": id, "claimed_at": claimedAt, "finished_at": s.now(), "error": storable(why, maxTextBytes),
+		}).Scan(&n)
+	})
+	if err != nil {
+		return false, fmt.Errorf("intentstore: release the unsent claim of intent %d: %w", id, err)
+	}
+	return n == 1, nil
+}

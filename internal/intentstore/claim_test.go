@@ -27,6 +27,13 @@ func newStore(t *testing.T) (*pgxpool.Pool, *intentstore.Store) {
 
 func setup(t *testing.T) (*intentstore.Store, func(id int64) intentstore.Row, int64) {
 	t.Helper()
+	_, store, load, id := setupOnPool(t)
+	return store, load, id
+}
+
+// setupOnPool is setup, with the test database's pool.
+func setupOnPool(t *testing.T) (*pgxpool.Pool, *intentstore.Store, func(id int64) intentstore.Row, int64) {
+	t.Helper()
 	ctx := context.Background()
 	pool, store := newStore(t)
 	var ib intentstore.InsertBatch
@@ -42,7 +49,7 @@ func setup(t *testing.T) (*intentstore.Store, func(id int64) intentstore.Row, in
 		}
 		return r
 	}
-	return store, load, ib.IDs[0]
+	return pool, store, load, ib.IDs[0]
 }
 
 // Every call happens under a claim: one claim per state the worker saw, a
@@ -120,5 +127,39 @@ func TestSettleRefusesTransitionsOffTheDiagram(t *testing.T) {
 	}
 	if r := load(id); r.State != intenttype.StatePending {
 		t.Fatalf("row = %+v, want untouched", r)
+	}
+}
+
+// A success learnt late by an attempt that was taken over is written to
+// that attempt's row as well as adopted by the intent: the audit agrees
+// with the intent (the take-over had closed the row as ambiguous, for want
+// of an outcome).
+func TestALateSuccessIsRecordedOnItsAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store, load, id := setupOnPool(t)
+	now := time.Now()
+	if _, err := store.Claim(ctx, intentstore.ClaimParams{Row: load(id), ProviderKey: "ns.0/orders:m1", Namespace: "ns", Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	held := load(id)
+	if _, err := store.Claim(ctx, intentstore.ClaimParams{Row: held, ProviderKey: "ns.0/orders:m1", Namespace: "ns", Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Settle(ctx, intentstore.Settlement{Row: load(id), From: intenttype.StateDispatching, Attempt: 2, To: intenttype.StateInDoubt, MayHaveActed: true,
+		Outcome: &intentstore.AttemptOutcome{Finished: now, Outcome: "ambiguous"}}); err != nil {
+		t.Fatal(err)
+	}
+	adopted, err := store.Settle(ctx, intentstore.Settlement{Row: held, From: intenttype.StateDispatching, Attempt: 1, To: intenttype.StateSucceeded, ProviderRef: "msg_1",
+		Outcome: &intentstore.AttemptOutcome{Finished: now, Outcome: "succeeded", ProviderRef: "msg_1"}})
+	if err != nil || adopted.State != intenttype.StateSucceeded {
+		t.Fatalf("late success = %+v, %v", adopted, err)
+	}
+	var outcome, ref string
+	if err := pool.QueryRow(ctx, `SELECT outcome, coalesce(provider_ref, '') FROM outbox_attempts WHERE intent_id = $1 AND attempt = 1`, id).Scan(&outcome, &ref); err != nil {
+		t.Fatal(err)
+	}
+	if outcome != "succeeded" || ref != "msg_1" {
+		t.Fatalf("attempt 1's row: %s, %q; want succeeded with msg_1, as the intent", outcome, ref)
 	}
 }

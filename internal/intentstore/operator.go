@@ -69,7 +69,7 @@ func (s *Store) Act(ctx context.Context, a OperatorAction) error {
 	}
 	// Taking a waiting intent's ordering key can meet a settlement of the
 	// same key in a deadlock PostgreSQL breaks: the action is run again.
-	return retryTransient(ctx, func(ctx context.Context) error { return s.act(ctx, a, allowed) })
+	return s.retryTransient(ctx, func(ctx context.Context) error { return s.act(ctx, a, allowed) })
 }
 
 // errApplied rolls back an action whose event, inserted by a concurrent

@@ -226,6 +226,27 @@ FROM outbox_intents
 LEFT JOIN claimed c ON true
 WHERE outbox_intents.id = @id`
 
+// releaseUnsentSQL closes, as not called, the open attempt of intent @id
+// started at @claimed_at (the claim whose answer its claimer lost), and
+// moves the intent back to pending if that attempt still holds it (as a
+// retry under the same key does: no event; the attempt row and last_error
+// say why). Safe to repeat: once closed, nothing matches.
+const releaseUnsentSQL = `
+WITH closed AS (
+    UPDATE outbox_attempts
+    SET finished_at = @finished_at, outcome = 'retry', error = @error
+    WHERE intent_id = @id AND started_at = @claimed_at AND outcome IS NULL
+    RETURNING attempt
+),
+released AS (
+    UPDATE outbox_intents i
+    SET state = 'pending', claimed_attempt = NULL, last_error = @error, updated_at = now()
+    FROM closed c
+    WHERE i.id = @id AND i.state = 'dispatching' AND i.claimed_attempt = c.attempt
+    RETURNING i.id
+)
+SELECT count(*) FROM released`
+
 // settleSQL moves an intent as a settlement says, only while the guard
 // holds: from dispatching, only the attempt that holds the claim; from
 // pending or in_doubt, only the state, attempt count and key generation the
@@ -241,7 +262,8 @@ WITH closed AS (
     UPDATE outbox_attempts
     SET finished_at = @finished_at, outcome = @outcome, http_status = @http_status,
         provider_ref = @attempt_provider_ref, replayed = @replayed, error = @attempt_error
-    WHERE @close_attempt AND intent_id = @id AND attempt = @attempt AND outcome IS NULL
+    WHERE @close_attempt AND intent_id = @id AND attempt = @attempt
+      AND (outcome IS NULL OR (outcome = 'ambiguous' AND error = @take_over_error))
 ),
 updated AS (
     UPDATE outbox_intents

@@ -106,7 +106,7 @@ const maxSettleGroup = 128
 func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settled]) {
 	runOrdered(ctx, group, "settle", func(st Settlement) int64 { return st.Row.ID }, s.settleAlone,
 		func(ctx context.Context, sorted []*call[Settlement, Settled]) error {
-			return retryTransient(ctx, func(ctx context.Context) error {
+			return s.retryTransient(ctx, func(ctx context.Context) error {
 				b := &pgx.Batch{}
 				results := make([]*settleResult, len(sorted))
 				ids := make([]int64, 0, len(sorted))
@@ -136,7 +136,7 @@ func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settl
 // while it meets transient errors.
 func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error) {
 	var out Settled
-	err := retryTransient(ctx, func(ctx context.Context) error {
+	err := s.retryTransient(ctx, func(ctx context.Context) error {
 		b := &pgx.Batch{}
 		res := s.queueSettlement(b, st)
 		queueCountFinished(b, st.To, st.Row.ID)
@@ -179,6 +179,10 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		"recheck_at": st.RecheckAt, "recheck_count": st.RecheckCount, "reason": st.Reason,
 		"close_attempt": false, "finished_at": nil, "outcome": nil, "http_status": nil,
 		"attempt_provider_ref": nil, "replayed": false, "attempt_error": nil,
+		// A take-over closed the attempt for want of an outcome: the
+		// outcome, learnt late, replaces that guess, so the attempt row
+		// agrees with the intent that adopts it.
+		"take_over_error": takeOverError,
 	}
 	if o := st.Outcome; o != nil && st.Attempt > 0 {
 		args["close_attempt"], args["finished_at"], args["outcome"] = true, o.Finished, o.Outcome

@@ -41,6 +41,10 @@ type Store struct {
 	pool   *pgxpool.Pool
 	job    dispatchJob
 	notify *notifyLimiter
+	// retryFor bounds how long a write meeting transient errors is sent
+	// again (Config.RetryFor).
+	retryFor time.Duration
+	now      func() time.Time
 	// Loads, claims and settlements made at the same time share a
 	// statement or a transaction (see combiner).
 	loadClaims *combiner[loadClaimReq, Loaded]
@@ -53,9 +57,19 @@ type Config struct {
 	// NotifyCooldown spaces out the notifications recording sends to wake
 	// dispatchers (see QueueInsert). Defaults to 0: one with every insert.
 	NotifyCooldown time.Duration
-	// Now is the clock for NotifyCooldown. Defaults to time.Now.
+	// Now is the clock for NotifyCooldown and the attempts the store
+	// closes itself. Defaults to time.Now.
 	Now func() time.Time
+	// RetryFor bounds how long a settlement or an operator action that
+	// meets transient database errors (a lost connection, a failover) is
+	// sent again before it fails. Defaults to DefaultRetryFor.
+	RetryFor time.Duration
 }
+
+// DefaultRetryFor is Config.RetryFor's default: long enough to ride out a
+// primary's failover or restart, so that an outcome the provider
+// confirmed does not become in_doubt because the database was away.
+const DefaultRetryFor = 15 * time.Minute
 
 // New returns a Store on the database behind pool.
 func New(pool *pgxpool.Pool, config *Config) (*Store, error) {
@@ -73,7 +87,10 @@ func New(pool *pgxpool.Pool, config *Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Store{pool: pool, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: cfg.Now}}
+	if cfg.RetryFor <= 0 {
+		cfg.RetryFor = DefaultRetryFor
+	}
+	s := &Store{pool: pool, job: job, notify: &notifyLimiter{cooldown: cfg.NotifyCooldown, now: cfg.Now}, retryFor: cfg.RetryFor, now: cfg.Now}
 	s.loadClaims = newCombiner(maxLoadClaimGroup, groupLanes, s.loadClaimGroup)
 	s.claims = newCombiner(maxClaimGroup, groupLanes, s.claimGroup)
 	s.settles = newCombiner(maxSettleGroup, groupLanes, s.settleGroup)
@@ -159,12 +176,13 @@ func (s *Store) Load(ctx context.Context, id int64) (Row, error) {
 // flight at once (see combiner).
 const groupLanes = 2
 
-// retryTransient runs fn until it succeeds, fails for good, or ctx ends,
-// with backoff: a settlement that meets a lost connection or a terminated
-// backend is sent again, so a known outcome is not discarded (DESIGN.md,
-// invariant 7). Every statement fn sends must be safe to repeat.
-func retryTransient(ctx context.Context, fn func(context.Context) error) error {
-	backoff := retry.WithMaxDuration(time.Minute, retry.WithCappedDuration(2*time.Second,
+// retryTransient runs fn until it succeeds, fails for good, ctx ends or
+// Config.RetryFor has passed, with backoff: a settlement that meets a lost
+// connection or a terminated backend is sent again, so a known outcome is
+// not discarded (DESIGN.md, invariant 7). Every statement fn sends must be
+// safe to repeat.
+func (s *Store) retryTransient(ctx context.Context, fn func(context.Context) error) error {
+	backoff := retry.WithMaxDuration(s.retryFor, retry.WithCappedDuration(2*time.Second,
 		retry.WithJitterPercent(20, retry.NewExponential(20*time.Millisecond))))
 	return retry.Do(ctx, backoff, func(ctx context.Context) error {
 		err := fn(ctx)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,10 +13,12 @@ import (
 
 // LostAckProxy is a TCP proxy in front of PostgreSQL that can lose a
 // commit's acknowledgement: armed, it forwards the next COMMIT a client
-// sends (pgx sends it as a simple query), waits for the server's answer,
-// and closes the client's connection instead of passing it on. The
-// transaction is committed; the client cannot know. Everything else is
-// passed through unchanged. It needs sslmode=disable.
+// sends (pgx sends it as a simple query), or the next statement whose SQL
+// holds a given text (simple, or extended: by the name it was prepared
+// under), waits for the server's answer up to ReadyForQuery, and closes the
+// client's connection instead of passing it on. The transaction (explicit,
+// or the implicit one of a batch) is committed; the client cannot know.
+// Everything else is passed through unchanged. It needs sslmode=disable.
 type LostAckProxy struct {
 	t     *testing.T
 	ln    net.Listener
@@ -23,6 +26,10 @@ type LostAckProxy struct {
 	armed atomic.Int64
 	lost  atomic.Int64
 	wg    sync.WaitGroup
+
+	mu       sync.Mutex
+	stmtText string // ArmStatement's text
+	stmtLeft int
 }
 
 // NewLostAckProxy starts a proxy to the server at addr ("127.0.0.1:5432"),
@@ -46,6 +53,25 @@ func (p *LostAckProxy) Addr() string { return p.ln.Addr().String() }
 // Arm makes the next n commits through the proxy lose their
 // acknowledgement.
 func (p *LostAckProxy) Arm(n int) { p.armed.Store(int64(n)) }
+
+// ArmStatement makes the answers to the next n statements whose SQL holds
+// text be lost, after the server ran them.
+func (p *LostAckProxy) ArmStatement(text string, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stmtText, p.stmtLeft = text, n
+}
+
+// takeStatement reports whether sql is an armed statement, counting it.
+func (p *LostAckProxy) takeStatement(sql string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stmtLeft <= 0 || !strings.Contains(sql, p.stmtText) {
+		return false
+	}
+	p.stmtLeft--
+	return true
+}
 
 // Lost counts the acknowledgements lost so far.
 func (p *LostAckProxy) Lost() int { return int(p.lost.Load()) }
@@ -87,6 +113,7 @@ func (p *LostAckProxy) fromClient(c, s net.Conn, committing chan<- struct{}) {
 	if _, err := s.Write(append(n[:], rest...)); err != nil {
 		return
 	}
+	prepared := map[string]string{} // statement name -> SQL
 	for {
 		var head [5]byte
 		if _, err := io.ReadFull(c, head[:]); err != nil {
@@ -96,8 +123,26 @@ func (p *LostAckProxy) fromClient(c, s net.Conn, committing chan<- struct{}) {
 		if _, err := io.ReadFull(c, body); err != nil {
 			return
 		}
-		if head[0] == 'Q' && bytes.EqualFold(body, commitQuery) && p.armed.Add(-1) >= 0 {
-			committing <- struct{}{}
+		lose := false
+		switch head[0] {
+		case 'Q':
+			lose = (bytes.EqualFold(body, commitQuery) && p.armed.Add(-1) >= 0) || p.takeStatement(string(body))
+		case 'P': // Parse: name, query
+			if name, rest, ok := bytes.Cut(body, []byte{0}); ok {
+				query, _, _ := bytes.Cut(rest, []byte{0})
+				prepared[string(name)] = string(query)
+			}
+		case 'B': // Bind: portal, statement
+			if _, rest, ok := bytes.Cut(body, []byte{0}); ok {
+				name, _, _ := bytes.Cut(rest, []byte{0})
+				lose = p.takeStatement(prepared[string(name)])
+			}
+		}
+		if lose {
+			select {
+			case committing <- struct{}{}:
+			default: // already losing this exchange
+			}
 		}
 		if _, err := s.Write(append(head[:], body...)); err != nil {
 			return

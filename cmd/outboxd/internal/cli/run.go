@@ -69,6 +69,7 @@ exported are then flushed.
 	recheckDelay := fs.Duration("recheck-delay", dispatcher.DefaultRecheckDelay, "how long after an in_doubt verdict whose look-up proved nothing the provider is asked again; each later look-up waits twice as long")
 	maxRechecks := fs.Int("max-rechecks", dispatcher.DefaultMaxRechecks, "look-ups of an in_doubt intent before it waits for an operator; negative: never look up again")
 	recheckInterval := fs.Duration("recheck-interval", dispatcher.DefaultRecheckInterval, "how often the leader looks for in_doubt intents whose look-up is due")
+	settleRetryFor := fs.Duration("settle-retry-for", dispatcher.DefaultSettleRetryFor, "how long an outcome is sent to the database again while it is away (a failover, a restart) before it is given up")
 	absenceSettleTime := fs.Duration("absence-settle-time", dispatcher.DefaultAbsenceSettleTime, "how long after an attempt that got no final answer a consistent read that finds nothing proves absence (the request may still be executing at the provider before then)")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long shutdown waits for attempts in flight")
 	dedupWindow := fs.Duration("dedup-window", dispatcher.DefaultDedupWindow, "how long processed markers are kept: a message redelivered later is handled as new; at least max-attempts × retry-backoff-max")
@@ -145,6 +146,7 @@ exported are then flushed.
 		MaxRechecks:          *maxRechecks,
 		RecheckInterval:      *recheckInterval,
 		AbsenceSettleTime:    *absenceSettleTime,
+		SettleRetryFor:       *settleRetryFor,
 		Logger:               logger,
 	}
 	if tracerProvider != nil {

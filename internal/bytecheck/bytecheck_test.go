@@ -131,3 +131,21 @@ func collectStrings(v any, out *strings.Builder) {
 		}
 	}
 }
+
+// Nesting is bounded: MaxDepth levels pass, one more is refused at once,
+// whatever follows (a million '[' cost 115 MB in the decoder before).
+func TestJSONNestingIsBounded(t *testing.T) {
+	ok := strings.Repeat("[", bytecheck.MaxDepth) + strings.Repeat("]", bytecheck.MaxDepth)
+	if err := bytecheck.JSON([]byte(ok)); err != nil {
+		t.Fatalf("%d levels: %v", bytecheck.MaxDepth, err)
+	}
+	deep := `{"intents": [{"payload": ` + strings.Repeat("[", 1<<20)
+	err := bytecheck.JSON([]byte(deep))
+	var be *bytecheck.Error
+	if !errors.As(err, &be) || !be.TooDeep || be.Offset != len(`{"intents": [{"payload": `)+bytecheck.MaxDepth-3 || !strings.Contains(err.Error(), "nested deeper than 64 levels") {
+		t.Fatalf("1 MiB of '[' = %v", err)
+	}
+	if !strings.HasPrefix(be.Path, "intents[0].payload") {
+		t.Fatalf("path %q", be.Path)
+	}
+}

@@ -131,8 +131,18 @@ func (s *Server) page(h pageHandler) http.Handler {
 				a.session = v
 			}
 		}
-		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		run := func() {
+			r := r.WithContext(context.WithValue(r.Context(), ctxKey{}, a))
+			if err := h(w, r); err != nil {
+				status, _, msg := s.classify(r, err)
+				s.renderError(w, r, status, msg)
+			}
+		}
+		if r.Method != http.MethodPost {
+			run()
+			return
+		}
+		s.withBody(w, r, func() {
 			if err := r.ParseForm(); err != nil {
 				if isTooLarge(err) {
 					s.renderError(w, r, http.StatusRequestEntityTooLarge, "The form is too large.")
@@ -145,12 +155,8 @@ func (s *Server) page(h pageHandler) http.Handler {
 				s.renderError(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale: reload the page and try again.")
 				return
 			}
-		}
-		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, a))
-		if err := h(w, r); err != nil {
-			status, _, msg := s.classify(r, err)
-			s.renderError(w, r, status, msg)
-		}
+			run()
+		})
 	})
 }
 

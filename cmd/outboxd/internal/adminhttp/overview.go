@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 )
@@ -61,8 +62,10 @@ func refURL(ref string) string { return "/references/" + url.PathEscape(ref) }
 // cleanControls replaces what no page should carry raw: C0 control
 // characters other than tab, newline and carriage return become their
 // visible Control Pictures (U+2400 + c), DEL becomes U+2421, C1 controls
-// and invalid UTF-8 become U+FFFD. html/template escapes markup but passes
-// such characters through, in text, <title> and attributes alike.
+// and invalid UTF-8 become U+FFFD, and the bidi controls (which reorder
+// what an operator reads) are shown as their code point, "[U+202E]".
+// html/template escapes markup but passes such characters through, in
+// text, <title> and attributes alike; the pages' own markup has none.
 func cleanControls(page []byte) []byte {
 	clean := true
 	for i := 0; i < len(page); {
@@ -76,7 +79,7 @@ func cleanControls(page []byte) []byte {
 			continue
 		}
 		r, size := utf8.DecodeRune(page[i:])
-		if r == utf8.RuneError || (r >= 0x80 && r < 0xa0) {
+		if r == utf8.RuneError || (r >= 0x80 && r < 0xa0) || termtext.BidiControl(r) {
 			clean = false
 			break
 		}
@@ -96,6 +99,9 @@ func cleanControls(page []byte) []byte {
 			r = 0x2421
 		case r >= 0x80 && r < 0xa0:
 			r = utf8.RuneError
+		case termtext.BidiControl(r):
+			out = fmt.Appendf(out, "[U+%04X]", r)
+			continue
 		}
 		out = utf8.AppendRune(out, r)
 	}

@@ -29,10 +29,12 @@ func TestRelativeAge(t *testing.T) {
 
 func TestCleanControls(t *testing.T) {
 	for in, want := range map[string]string{
-		"plain <b>text</b>\n\ttab\r\n": "plain <b>text</b>\n\ttab\r\n",
-		"esc\x1b[31m bell\x07 nul\x00": "esc␛[31m bell␇ nul␀",
-		"del\x7f c1\u0085 bad\xff":     "del␡ c1\uFFFD bad\uFFFD",
-		"ünïcode ✓":                    "ünïcode ✓",
+		"plain <b>text</b>\n\ttab\r\n":         "plain <b>text</b>\n\ttab\r\n",
+		"esc\x1b[31m bell\x07 nul\x00":         "esc␛[31m bell␇ nul␀",
+		"del\x7f c1\u0085 bad\xff":             "del␡ c1\uFFFD bad\uFFFD",
+		"ünïcode ✓":                            "ünïcode ✓",
+		"invoice\u202egpj.exe":                 "invoice[U+202E]gpj.exe",
+		"\u061c\u200e\u200f\u202a\u2066\u2069": "[U+061C][U+200E][U+200F][U+202A][U+2066][U+2069]",
 	} {
 		if got := string(cleanControls([]byte(in))); got != want {
 			t.Errorf("cleanControls(%q) = %q, want %q", in, got, want)

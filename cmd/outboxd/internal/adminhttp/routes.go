@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -109,7 +111,6 @@ func (s *Server) api(h apiHandler) http.Handler {
 			return
 		}
 		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 			if !isJSON(r) {
 				writeJSONError(w, http.StatusUnsupportedMediaType, "Content-Type", "Content-Type must be application/json")
 				return
@@ -119,9 +120,16 @@ func (s *Server) api(h apiHandler) http.Handler {
 				return
 			}
 		}
-		if err := h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, a))); err != nil {
-			s.writeError(w, r, err)
+		run := func() {
+			if err := h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, a))); err != nil {
+				s.writeError(w, r, err)
+			}
 		}
+		if r.Method != http.MethodPost {
+			run()
+			return
+		}
+		s.withBody(w, r, run)
 	})
 }
 
@@ -162,10 +170,11 @@ func (s *Server) riverUIAuth(next http.Handler) http.Handler {
 			writeJSONError(w, http.StatusUnauthorized, "", "missing or invalid bearer token")
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
 		}
-		next.ServeHTTP(w, r)
+		s.withBody(w, r, func() { next.ServeHTTP(w, r) })
 	})
 }
 
@@ -196,4 +205,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func isTooLarge(err error) bool {
 	var mb *http.MaxBytesError
 	return errors.As(err, &mb)
+}
+
+// withBody runs next for a request with a body once one of
+// MaxConcurrentBodies is free, with the body bounded by MaxBodyBytes; it
+// answers 503 when none frees up within BodyWait.
+func (s *Server) withBody(w http.ResponseWriter, r *http.Request, next func()) {
+	timer := time.NewTimer(BodyWait)
+	defer timer.Stop()
+	select {
+	case s.bodies <- struct{}{}:
+	case <-timer.C:
+		w.Header().Set("Retry-After", "1")
+		writeJSONError(w, http.StatusServiceUnavailable, "", fmt.Sprintf("the server is reading %d request bodies already: try again", MaxConcurrentBodies))
+		return
+	case <-r.Context().Done():
+		return
+	}
+	defer func() { <-s.bodies }()
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	next()
 }

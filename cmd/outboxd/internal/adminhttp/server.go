@@ -68,6 +68,14 @@ const (
 	DefaultReadinessTimeout = 5 * time.Second
 	// MaxBodyBytes bounds a request body; a larger one is refused with 413.
 	MaxBodyBytes = 1 << 20
+	// MaxConcurrentBodies bounds the request bodies read at once, so that
+	// what the server holds for them stays bounded whatever the clients
+	// send (MaxConcurrentBodies times MaxBodyBytes and their decoding); a
+	// request that finds them all taken for BodyWait is answered 503 with
+	// Retry-After.
+	MaxConcurrentBodies = 8
+	// BodyWait is how long a request waits for one of MaxConcurrentBodies.
+	BodyWait = 5 * time.Second
 	// TokenEnv is the environment variable `outboxd run` reads the token
 	// from (or from the file named by TokenEnv+"_FILE").
 	TokenEnv = "OUTBOXD_ADMIN_TOKEN"
@@ -207,6 +215,9 @@ type Server struct {
 
 	shutdownOnce sync.Once
 	shutdownErr  error
+
+	// bodies holds a token for each request body being read and handled.
+	bodies chan struct{}
 }
 
 // New validates cfg and builds the server without listening yet. Its
@@ -224,7 +235,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, keys: k, logins: newLoginLimiter(cfg.Now), sessions: sessionStore{pool: cfg.Pool, keyID: k.keyID()}, pages: pages}
+	s := &Server{bodies: make(chan struct{}, MaxConcurrentBodies), cfg: cfg, keys: k, logins: newLoginLimiter(cfg.Now), sessions: sessionStore{pool: cfg.Pool, keyID: k.keyID()}, pages: pages}
 	if !cfg.DisableRiverUI {
 		client := cfg.RiverClient
 		if client == nil {

@@ -64,8 +64,15 @@ func unsafeRune(r rune, keepNewlines bool) bool {
 		return false
 	case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
 		return true
-	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c:
+	case BidiControl(r):
 		return true
 	}
 	return false
+}
+
+// BidiControl reports whether r is in Unicode's Bidi_Control set (U+061C,
+// U+200E, U+200F, U+202A-U+202E, U+2066-U+2069): characters that reorder
+// the text around them, so that "txt.exe" can read as "exe.txt".
+func BidiControl(r rune) bool {
+	return (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == 0x200e || r == 0x200f || r == 0x061c
 }

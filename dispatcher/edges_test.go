@@ -283,7 +283,7 @@ func TestRefundAfterTheChargeIsPerformedOnce(t *testing.T) {
 func TestAClaimWhoseAnswerIsLostIsReleasedAsNotCalled(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	proxied, proxy := b.proxiedPool(t)
+	proxied, proxy := testkit.LostAckPool(t, b.pool)
 	proxy.ArmStatement("AS claim_first_used", 1) // loadClaimSQL: the load that claims
 	id := b.record(t, sendgridprovider.KindEmail, emailPayload)
 	b.startOn(t, proxied, b.config())

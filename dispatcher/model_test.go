@@ -6,7 +6,16 @@ package dispatcher
 // fault, crash a step after its claim or after its call (runtime.Goexit in a
 // wrapping provider, no hook in production code), park a step as a zombie and
 // release it later, rescue a dispatching intent, Recheck, operator Resend /
-// Cancel / Resolve, advance the clock past the key window — and drives the
+// Cancel / Resolve (single or bulk, from what the operator sees or from
+// what it saw when it last looked, guarded by that version, and a race of
+// two operators on one in_doubt intent), advance the clock past the key
+// window, and the borders (DESIGN.md, "At the borders"): the next look-ups
+// answered from the whole table (as recorded; refused 400, 401, 403, 404;
+// 429 with and without Retry-After; 500), the next claim, load-and-claim,
+// settlement or operator commit losing its answer after the server
+// committed it (a testkit.LostAckProxy in front of the dispatcher's and
+// the operator's pool), intents recorded after ones that failed or were
+// cancelled, with and without a shared ordering key — and drives the
 // real dispatcher (d.work, d.Recheck, no River workers) against a real
 // database and the real Stripe and SendGrid doubles. After every action it
 // checks, from the doubles' own records and the rows:
@@ -24,7 +33,9 @@ package dispatcher
 //   - every event in outbox_events is an edge of intenttype.Transitions, by
 //     the right actor, and the events chain (claims and same-key retries
 //     are silent);
-//   - an operator action that is refused changes nothing;
+//   - an operator action that is refused changes nothing (and one that
+//     lost its commit's answer is found applied, not refused);
+//   - no intent uses more attempts than its budget (take-overs included);
 //   - ordered intents (recorded after others, by name in a message or by
 //     key, and with ordering keys): no call is made for an intent before
 //     every intent it comes after succeeded, nor while an earlier intent
@@ -32,7 +43,10 @@ package dispatcher
 //     doubles' records, a dependent's effect comes after its predecessors'
 //     and a key's effects come in recorded order; a waiting intent always
 //     has something unfinished to wait for (none is stranded), and none
-//     waits for an intent that failed or was cancelled.
+//     waits for an intent that failed or was cancelled;
+//   - liveness, at the end: with the faults stopped and time moved on,
+//     every intent is terminal or in_doubt, none pending or dispatching,
+//     and no in_doubt one has a look-up due that Recheck leaves undone.
 //
 // Model assumptions: the operator is truthful (resolves by what the double
 // shows, resends only what it does not have); a worker parked before its
@@ -40,8 +54,14 @@ package dispatcher
 // model time passed (a take-over needs River's RescueStuckJobsAfter, longer
 // than CallTimeout, so the stalled worker's context has ended by then).
 //
+// Each border fixed in this package's history is caught by the default run
+// when reintroduced (a refused look-up read as proof, an unguarded stale
+// resend, a key stranded behind an intent recorded cancelled, a take-over
+// past the budget, an action retried without its identity); the log line
+// "borders:" says how often the run met each input.
+//
 // The default run is small and fixed so it fits in `make test`: 25 cases of
-// 20 to 40 actions from a fixed seed, printed (about 10 s). Longer runs:
+// 30 to 60 actions from a fixed seed, printed (about 15 s). Longer runs:
 //
 //	go test -count=1 -run TestModel ./dispatcher/ -rapid.checks=200 -rapid.steps=60
 //	go test -count=1 -run TestModel ./dispatcher/ -rapid.seed=0   # a random seed
@@ -73,6 +93,7 @@ import (
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
@@ -85,7 +106,7 @@ import (
 // Defaults of the bounded run; see the comment above.
 const (
 	modelChecks = 25
-	modelSteps  = 40
+	modelSteps  = 60
 	modelSeed   = 20240611
 
 	modelCallTimeout = 300 * time.Millisecond
@@ -329,7 +350,12 @@ func (m *model) stillClaimed(req providers.Request) bool {
 
 // modelEnv is shared by every case of one run: one database, two doubles.
 type modelEnv struct {
-	pool     *pgxpool.Pool
+	pool *pgxpool.Pool
+	// proxied reaches the same database through proxy, which loses the
+	// answers the lose_ack action arms it to: the dispatcher, the
+	// recorder and the operator use it; the checks use pool.
+	proxied  *pgxpool.Pool
+	proxy    *testkit.LostAckProxy
 	clock    *modelClock
 	stripe   *stripedouble.Server
 	sendgrid *sendgriddouble.Server
@@ -337,6 +363,45 @@ type modelEnv struct {
 	// ordered counts, over the run, what the ordered intents went
 	// through: recorded waiting, released, cancelled by the dispatcher.
 	ordered [3]int
+	// borders counts, over the run, the border inputs met: stale operator
+	// actions refused, look-ups answered with a fault, answers lost.
+	borders struct{ staleRefused, lookupFaults, lostAcks int }
+}
+
+// modelView is an intent as the operator looked at it, some steps before
+// acting: its version and what the doubles had then.
+type modelView struct {
+	State   intenttype.State
+	Version intenttype.Version
+	Effects effectSet
+}
+
+// modelLookup is one answer a look-up at the provider can get: found or
+// absent as the double's records say, or a fault that proves nothing
+// (DESIGN.md, invariant 12).
+type modelLookup struct {
+	Name  string
+	Fault fault.Fault
+}
+
+var modelLookups = []modelLookup{
+	{"as_recorded", fault.Fault{}},
+	{"400_refused", fault.Fault{Kind: fault.ErrorBefore, Status: 400}},
+	{"401_refused", fault.Fault{Kind: fault.ErrorBefore, Status: 401}},
+	{"403_refused", fault.Fault{Kind: fault.ErrorBefore, Status: 403}},
+	{"404_refused", fault.Fault{Kind: fault.ErrorBefore, Status: 404}},
+	{"429_retry_after", fault.Fault{Kind: fault.RateLimit, RetryAfter: time.Second}},
+	{"429_no_retry_after", fault.Fault{Kind: fault.RateLimit}},
+	{"500", fault.Fault{Kind: fault.ErrorBefore, Status: 500}},
+}
+
+// modelLostAcks are the writes whose answer lose_ack can lose after the
+// server committed them, by a text of their SQL (LostAckProxy).
+var modelLostAcks = []struct{ Name, SQL string }{
+	{"load_and_claim", "AS claim_first_used"},
+	{"claim", "SELECT attempt_count, provider_key, key_namespace, key_first_used_at FROM claimed"},
+	{"settle", "claimed_attempt = NULL"},
+	{"operator_commit", ""}, // the COMMIT of an operator's transaction
 }
 
 type modelIntent struct {
@@ -368,6 +433,8 @@ type model struct {
 	intents    []modelIntent
 	zombies    []*zombie
 	actions    []string
+	// views are what the operator saw of intents when it last looked.
+	views map[int64]modelView
 }
 
 func (m *model) takePlan() plan {
@@ -406,6 +473,7 @@ func TestModel(t *testing.T) {
 	modelDefaults(t)
 	pool, _ := pgtest.NewDB(t)
 	env := &modelEnv{pool: pool, clock: &modelClock{}}
+	env.proxied, env.proxy = testkit.LostAckPool(t, pool)
 	var err error
 	env.stripe, err = stripedouble.NewServer(stripedouble.Config{Now: env.clock.Now, Faults: fault.New(1)})
 	if err != nil {
@@ -440,6 +508,11 @@ func TestModel(t *testing.T) {
 			{"recheck", m.actRecheck},
 			{"operator", m.actOperator},
 			{"advance_clock", m.actAdvance},
+			{"look", m.actLook},
+			{"operator_race", m.actOperatorRace},
+			{"operator_race", m.actOperatorRace},
+			{"lookup_answer", m.actLookupAnswer},
+			{"lose_ack", m.actLoseAck},
 		}
 		names := make([]int, len(actions))
 		for i := range actions {
@@ -461,6 +534,8 @@ func TestModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("ordered intents: %d recorded waiting, %d released, %d cancelled by the dispatcher", env.ordered[0], env.ordered[1], env.ordered[2])
+	t.Logf("borders: %d stale operator actions refused, %d look-ups answered with a fault, %d answers lost (%d by the proxy)",
+		env.borders.staleRefused, env.borders.lookupFaults, env.borders.lostAcks, env.proxy.Lost())
 	if !t.Failed() && (env.ordered[0] == 0 || env.ordered[1] == 0 || env.ordered[2] == 0) {
 		t.Errorf("the run never exercised one of waiting, release and cancellation by the dispatcher: %v", env.ordered)
 	}
@@ -491,13 +566,17 @@ func (env *modelEnv) newCase(t *rapid.T) *model {
 	if _, err := env.pool.Exec(ctx, `TRUNCATE outbox_intents, outbox_processed_messages, outbox_ordering_keys, river_job CASCADE`); err != nil {
 		t.Fatal(err)
 	}
-	m := &model{env: env, clock: env.clock}
+	env.stripe.LookupFaults().Clear()
+	env.sendgrid.LookupFaults().Clear()
+	env.proxy.Arm(0)
+	env.proxy.ArmStatement("", 0)
+	m := &model{env: env, clock: env.clock, views: map[int64]modelView{}}
 	m.sgRec = rapid.Bool().Draw(t, "sendgrid_reconciles")
 	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: env.stripe.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: env.sendgrid.URL(), Reconcile: m.sgRec})
+	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: env.sendgrid.URL(), Reconcile: m.sgRec, Now: env.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,10 +589,10 @@ func (env *modelEnv) newCase(t *rapid.T) *model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.ops, err = audit.New(env.pool, reg); err != nil {
+	if m.ops, err = audit.New(env.proxied, reg); err != nil {
 		t.Fatal(err)
 	}
-	m.d, err = New(env.pool, &Config{
+	m.d, err = New(env.proxied, &Config{
 		Providers:       reg,
 		CallTimeout:     modelCallTimeout,
 		MaxAttempts:     modelMaxAttempts,
@@ -532,10 +611,58 @@ func (env *modelEnv) newCase(t *rapid.T) *model {
 	return m
 }
 
-// finish releases every zombie, waits for it, and checks once more.
+// finish releases every zombie, waits for it, and checks once more; then,
+// with the faults stopped, lets time move on and the dispatcher work, and
+// checks liveness (DESIGN.md, invariant 15): every intent ends terminal,
+// or in_doubt with no look-up left due (one is scheduled, or it plainly
+// waits for an operator); none is left pending or dispatching, and no
+// waiting one is stranded (checkOrder).
 func (m *model) finish(t *rapid.T) {
 	for len(m.zombies) > 0 {
 		m.releaseZombie(t, 0)
+	}
+	m.check(t)
+	m.env.stripe.LookupFaults().Clear()
+	m.env.sendgrid.LookupFaults().Clear()
+	m.env.proxy.Arm(0)
+	m.env.proxy.ArmStatement("", 0)
+	for round := 0; ; round++ {
+		m.clock.Advance(2 * time.Hour) // past every re-check delay, the absence settle time
+		var ids []int64
+		rows, err := m.env.pool.Query(context.Background(), `SELECT id FROM outbox_intents WHERE state IN ('pending', 'dispatching') ORDER BY id`)
+		if err == nil {
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), modelWait)
+		_, err = m.d.Recheck(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Recheck: %v", err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		if round == 2*modelMaxAttempts+4 {
+			t.Fatalf("liveness: intents %v are still pending or dispatching after %d rounds without faults\n%s", ids, round, m.report(ids[0]))
+		}
+		for _, id := range ids {
+			m.step(t, "drain", id, faultChoice{Name: "ok"}, runThrough)
+		}
+		m.check(t)
+	}
+	var id int64
+	// Due since before the last round's Recheck (2 h of model time ago):
+	// a look-up nothing runs. (One Recheck asked again, paced or rate
+	// limited, is due again only later.)
+	err := m.env.pool.QueryRow(context.Background(), `SELECT id FROM outbox_intents WHERE state = 'in_doubt' AND recheck_at <= $1 ORDER BY id LIMIT 1`, m.clock.Now().Add(-time.Hour)).Scan(&id)
+	if err == nil {
+		t.Fatalf("liveness: intent %d is in_doubt with a look-up due that Recheck did not run\n%s", id, m.report(id))
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatal(err)
 	}
 	m.check(t)
 }
@@ -575,17 +702,38 @@ func (m *model) actRecord(t *rapid.T) {
 		d := drawn{in: intents.Intent{Kind: k, Name: name, Payload: json.RawMessage(payload)}, mi: modelIntent{Provider: prov, Payload: kind}}
 		d.in.OrderingKey = rapid.SampledFrom([]string{"", "", "k1", "k2"}).Draw(t, "ordering_key")
 		d.mi.OrderingKey = d.in.OrderingKey
-		if len(m.intents) > 0 && rapid.IntRange(0, 3).Draw(t, "after_earlier") == 0 {
-			p := m.intents[rapid.IntRange(0, len(m.intents)-1).Draw(t, "after")]
+		if len(m.intents) > 0 && rapid.IntRange(0, 2).Draw(t, "after_earlier") == 0 {
+			// Often one that already finished without succeeding: the
+			// intent is then recorded cancelled.
+			candidates := m.intents
+			if done := m.finishedUnsucceeded(t); len(done) > 0 && rapid.Bool().Draw(t, "after_a_failed_one") {
+				candidates = done
+			}
+			p := candidates[rapid.IntRange(0, len(candidates)-1).Draw(t, "after")]
 			d.in.After = append(d.in.After, intents.After{Key: p.Key})
 			d.mi.After = append(d.mi.After, p.ID)
 		}
 		return d
 	}
 	var msg []drawn
+	chained := false
 	if rapid.IntRange(0, 2).Draw(t, "pair") == 0 {
 		first, second := draw("first"), draw("second")
-		second.in.After = append(second.in.After, intents.After{Name: "first"})
+		// The second comes after the first, or only shares its message
+		// and its ordering key (an intent of a key recorded cancelled
+		// must not strand the next of its key), or neither.
+		switch rapid.SampledFrom([]string{"chained", "same_key", "independent"}).Draw(t, "pair_shape") {
+		case "chained":
+			chained = true
+			second.in.After = append(second.in.After, intents.After{Name: "first"})
+		case "same_key":
+			key := first.in.OrderingKey
+			if key == "" {
+				key = rapid.SampledFrom([]string{"k1", "k2"}).Draw(t, "shared_key")
+			}
+			first.in.OrderingKey, first.mi.OrderingKey = key, key
+			second.in.OrderingKey, second.mi.OrderingKey = key, key
+		}
 		msg = []drawn{first, second}
 	} else {
 		msg = []drawn{draw("")}
@@ -605,13 +753,24 @@ func (m *model) actRecord(t *rapid.T) {
 	var desc []string
 	for i, d := range msg {
 		d.mi.ID, d.mi.Key = res.Intents[i].ID, res.Intents[i].Key
-		if i == 1 {
+		if i == 1 && chained {
 			d.mi.After = append(d.mi.After, res.Intents[0].ID)
 		}
 		m.intents = append(m.intents, d.mi)
 		desc = append(desc, fmt.Sprintf("%s → intent %d (after %v, ordering key %q): %s", d.mi.Payload, d.mi.ID, d.mi.After, d.mi.OrderingKey, m.state(t, d.mi.ID)))
 	}
 	m.note(t, "record %s", strings.Join(desc, "; "))
+}
+
+// finishedUnsucceeded are the intents that failed or were cancelled.
+func (m *model) finishedUnsucceeded(t *rapid.T) []modelIntent {
+	var out []modelIntent
+	for _, in := range m.intents {
+		if st := m.state(t, in.ID); st == intenttype.StateFailed || st == intenttype.StateCancelled {
+			out = append(out, in)
+		}
+	}
+	return out
 }
 
 // pick draws an intent in one of states (any state when none given); 0
@@ -774,6 +933,85 @@ func (m *model) actAdvance(t *rapid.T) {
 	m.note(t, "advance clock by %s", d)
 }
 
+// actLook is an operator looking at an intent: what it sees (its state,
+// its version, the doubles' records) is what a later stale action acts on.
+func (m *model) actLook(t *rapid.T) {
+	id := m.pick(t, "intent")
+	if id == 0 {
+		return
+	}
+	d, err := m.ops.Get(context.Background(), strconv.FormatInt(id, 10))
+	if err != nil {
+		// A read on a connection the proxy cut: the operator reloads.
+		m.note(t, "look at intent %d failed: %v", id, err)
+		return
+	}
+	m.views[id] = modelView{State: d.Intent.State, Version: d.Intent.Version(), Effects: m.effects(id)}
+	m.note(t, "look at intent %d: %s at %s, %s", id, d.Intent.State, d.Intent.Version(), m.effects(id))
+}
+
+// actLookupAnswer decides how the next look-up at each provider is
+// answered: as the double's records say, or refused, rate limited or
+// failed, which proves nothing.
+func (m *model) actLookupAnswer(t *rapid.T) {
+	la := rapid.SampledFrom(modelLookups).Draw(t, "lookup")
+	if la.Fault.Kind != fault.None {
+		m.env.stripe.LookupFaults().Push(la.Fault)
+		m.env.sendgrid.LookupFaults().Push(la.Fault)
+		m.env.borders.lookupFaults++
+	}
+	m.note(t, "the next look-ups answer %s", la.Name)
+}
+
+// actLoseAck makes the next write of a kind lose its answer after the
+// server committed it: a claim, a settlement or an operator's commit.
+func (m *model) actLoseAck(t *rapid.T) {
+	la := rapid.SampledFrom(modelLostAcks).Draw(t, "lost_ack")
+	if la.SQL == "" {
+		m.env.proxy.Arm(1)
+	} else {
+		m.env.proxy.ArmStatement(la.SQL, 1)
+	}
+	m.env.borders.lostAcks++
+	m.note(t, "the next %s loses its answer", la.Name)
+}
+
+// actOperatorRace is two operators on one in_doubt intent: Ann looks at
+// it; meanwhile Bob resends it and the dispatcher performs it again (with a
+// drawn fault, so it may come back in_doubt: the state Ann saw, a later
+// version); then Ann acts on what she saw, alone or in bulk. Her action
+// must be refused unless nothing changed (DESIGN.md, invariant 11).
+func (m *model) actOperatorRace(t *rapid.T) {
+	// One the provider does not have (a send refused with a 5xx before
+	// acting, say), so Bob resends it.
+	var absent []int64
+	for _, in := range m.intents {
+		if m.state(t, in.ID) == intenttype.StateInDoubt && !m.effects(in.ID).any() {
+			absent = append(absent, in.ID)
+		}
+	}
+	if len(absent) == 0 {
+		return
+	}
+	id := rapid.SampledFrom(absent).Draw(t, "intent")
+	m.views[id] = modelView{}
+	d, err := m.ops.Get(context.Background(), strconv.FormatInt(id, 10))
+	if err != nil {
+		m.note(t, "race: Ann's look at intent %d failed: %v", id, err)
+		return
+	}
+	m.views[id] = modelView{State: d.Intent.State, Version: d.Intent.Version(), Effects: m.effects(id)}
+	m.note(t, "race: Ann looks at intent %d: %s at %s, %s", id, d.Intent.State, d.Intent.Version(), m.effects(id))
+	if !m.effects(id).any() {
+		if _, err := m.ops.Resend(context.Background(), id, "bob", "checked: absent"); err != nil {
+			m.note(t, "race: Bob's resend of intent %d: %v", id, err)
+		} else {
+			m.step(t, "race: dispatch", id, m.drawFault(t), runThrough)
+		}
+	}
+	m.actOperatorOn(t, id, true)
+}
+
 // actOperator acts as a truthful operator would decide, at any moment:
 // resolve by what the provider shows, resend only what the provider does not
 // have, cancel anything. Refusals are expected; they must change nothing.
@@ -782,31 +1020,68 @@ func (m *model) actOperator(t *rapid.T) {
 	if id == 0 {
 		return
 	}
+	m.actOperatorOn(t, id, false)
+}
+
+// actOperatorOn is actOperator on intent id; with fromView, from what the
+// operator saw when it last looked.
+func (m *model) actOperatorOn(t *rapid.T, id int64, fromView bool) {
 	action := rapid.SampledFrom([]string{"resend", "cancel", "resolve"}).Draw(t, "action")
 	ctx := context.Background()
 	before := m.snapshot(t, id)
 	eff := m.effects(id)
-	var err error
+	// The operator acts on what it sees now, or on what it saw when it
+	// last looked (some steps ago), guarded by that version, alone or in
+	// bulk (DESIGN.md, invariant 11).
+	view, stale := m.views[id]
+	stale = stale && (fromView || rapid.Bool().Draw(t, "stale_view"))
+	bulk := rapid.IntRange(0, 3).Draw(t, "bulk") == 0
+	a := audit.Action{IntentID: id, Actor: "model"}
 	desc := action
+	if stale {
+		eff = view.Effects
+		a.IfVersion = &view.Version
+		desc += fmt.Sprintf(" from the view at %s (%s)", view.Version, view.State)
+	}
 	switch action {
 	case "resend":
 		if eff.any() {
-			desc = "resend (skipped: the provider has it)"
-			m.note(t, "operator %s on intent %d", desc, id)
+			m.note(t, "operator %s on intent %d: skipped, the provider has it", desc, id)
 			return
 		}
-		_, err = m.ops.Resend(ctx, id, "model", "checked at the provider: absent")
+		a.Kind, a.Reason = audit.ActionResend, "checked at the provider: absent"
 	case "cancel":
-		_, err = m.ops.Cancel(ctx, id, "model", "no longer wanted")
+		a.Kind, a.Reason = audit.ActionCancel, "no longer wanted"
 	case "resolve":
-		as := intenttype.StateFailed
+		a.Kind, a.As, a.Reason = audit.ActionResolve, intenttype.StateFailed, "looked at the provider"
 		if eff.charged() {
-			as = intenttype.StateSucceeded
+			a.As = intenttype.StateSucceeded
 		}
-		desc = "resolve as " + string(as)
-		_, err = m.ops.Resolve(ctx, id, as, "model", "looked at the provider")
+		desc = strings.Replace(desc, "resolve", "resolve as "+string(a.As), 1)
+	}
+	var err error
+	if bulk {
+		seen := intenttype.Version{KeyGeneration: before.KeyGeneration, AttemptCount: before.AttemptCount}
+		if stale {
+			seen = view.Version
+		}
+		var res audit.BulkResult
+		res, err = m.ops.ActAll(ctx, audit.Filter{States: intenttype.States}, audit.BulkAction{Kind: a.Kind, As: a.As, Actor: a.Actor, Reason: a.Reason,
+			Seen: map[int64]intenttype.Version{id: seen}}, false, nil)
+		desc = "bulk " + desc
+		if err == nil && res.Done == 0 {
+			err = &audit.TransitionError{IntentID: id, Action: string(a.Kind)} // refused (or not listed)
+		}
+		if err == nil && res.Errors > 0 {
+			err = fmt.Errorf("bulk: %+v", res.Items)
+		}
+	} else {
+		_, err = m.ops.Act(ctx, a)
 	}
 	var te *audit.TransitionError
+	if stale && errors.As(err, &te) {
+		m.env.borders.staleRefused++
+	}
 	switch {
 	case err == nil:
 		m.note(t, "operator %s on intent %d: %s → %s", desc, id, before.State, m.state(t, id))
@@ -1046,6 +1321,12 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 				return fmt.Sprintf("cancelled after a call under its current key that may have reached the provider (%s at %s)", c.Fault, c.At.Format(time.RFC3339))
 			}
 		}
+	}
+
+	// Every call spends an attempt, and none is made past the budget
+	// (invariant 14), a take-over's included.
+	if r.AttemptsUsed > modelMaxAttempts {
+		return fmt.Sprintf("%d attempts used of a budget of %d", r.AttemptsUsed, modelMaxAttempts)
 	}
 
 	// "May have acted" is sticky (invariant 3): once settled after a call

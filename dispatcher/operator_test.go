@@ -3,13 +3,10 @@ package dispatcher_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
@@ -115,7 +112,7 @@ func TestAResendWhoseCommitAckIsLostIsAppliedOnce(t *testing.T) {
 	b.start(t, b.config())
 	in := b.inDoubtEmail(t)
 
-	proxied, proxy := b.proxiedPool(t)
+	proxied, proxy := testkit.LostAckPool(t, b.pool)
 	store := fixture.Audit(t, proxied, b.registry)
 
 	proxy.Arm(1)
@@ -132,24 +129,4 @@ func TestAResendWhoseCommitAckIsLostIsAppliedOnce(t *testing.T) {
 	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND from_state = 'in_doubt' AND to_state = 'pending'`, in.ID); n != 1 {
 		t.Fatalf("%d resend events, want 1", n)
 	}
-}
-
-// proxiedPool returns a pool on the test's database through a
-// testkit.LostAckProxy, closed when t ends.
-func (b *testBundle) proxiedPool(t *testing.T) (*pgxpool.Pool, *testkit.LostAckProxy) {
-	t.Helper()
-	cfg := b.pool.Config().Copy()
-	proxy := testkit.NewLostAckProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	host, port, _ := net.SplitHostPort(proxy.Addr())
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
-	proxied, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxied.Close)
-	return proxied, proxy
 }

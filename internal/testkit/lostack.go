@@ -2,13 +2,17 @@ package testkit
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // LostAckProxy is a TCP proxy in front of PostgreSQL that can lose a
@@ -186,4 +190,24 @@ func (p *LostAckProxy) fromServer(s, c net.Conn, committing <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// LostAckPool returns a pool on pool's database through a new
+// LostAckProxy, and the proxy; both are closed when t ends.
+func LostAckPool(t *testing.T, pool *pgxpool.Pool) (*pgxpool.Pool, *LostAckProxy) {
+	t.Helper()
+	cfg := pool.Config().Copy()
+	proxy := NewLostAckProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
+	out, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(out.Close)
+	return out, proxy
 }

@@ -107,6 +107,13 @@ func (i *Injector) Push(faults ...Fault) {
 	i.queue = append(i.queue, faults...)
 }
 
+// Clear drops the faults queued by Push and not yet handed out.
+func (i *Injector) Clear() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.queue = nil
+}
+
 // SetRates sets the random fault rates. It fails when a rate is outside
 // [0, 1] or the rates add up to more than 1.
 func (i *Injector) SetRates(r Rates) error {

@@ -2,9 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/migrations"
@@ -41,6 +45,30 @@ func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, e
 		return nil, fmt.Errorf("connect to database %s on %s:%d: %w", cfg.ConnConfig.Database, cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	return pool, nil
+}
+
+// openPoolWaiting is openPool for a daemon: while the server is there but
+// refuses connections for now (53300 too many connections, 57P03 starting
+// up or shutting down), it logs and tries again with backoff, as a running
+// dispatcher rides the same out, instead of exiting at start. Every other
+// error (a wrong URL, a password, a database that does not exist) fails at
+// once.
+func openPoolWaiting(ctx context.Context, url string, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
+	wait := time.Second
+	for {
+		pool, err := openPool(ctx, url, maxConns)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != "53300" && pgErr.Code != "57P03") {
+			return pool, err
+		}
+		logger.WarnContext(ctx, "the database refuses connections for now; trying again", "sqlstate", pgErr.Code, "error", pgErr.Message, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (stopped while waiting for it)", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
 }
 
 // openMigratedPool is openPool for a command that reads or writes the

@@ -158,7 +158,7 @@ exported are then flushed.
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	pool, err := openPool(ctx, dbURL, int32(*workers+10))
+	pool, err := openPoolWaiting(ctx, dbURL, int32(*workers+10), logger)
 	if err != nil {
 		return err
 	}

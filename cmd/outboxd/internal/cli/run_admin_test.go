@@ -1,15 +1,21 @@
 package cli_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/cli"
+	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
 )
 
@@ -163,5 +169,77 @@ func TestRunFailsWhenTheGivenAdminAddressIsTaken(t *testing.T) {
 		wantContains(t, "stderr", rd.stderr.String(), "listen on "+ln.Addr().String())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("run with a taken --admin-addr did not stop within 60s\n%s", rd.stderr.String())
+	}
+}
+
+// outboxd run waits for a database that refuses connections for now
+// (53300, too many connections), as a running dispatcher rides it out,
+// instead of exiting at start; once a connection is free it starts.
+func TestRunWaitsForADatabaseAtItsConnectionLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, dbURL := pgtest.NewDB(t)
+	role := fmt.Sprintf("outbox_limited_%d", time.Now().UnixNano())
+	const limit = 40
+	for _, stmt := range []string{
+		fmt.Sprintf(`CREATE ROLE %s LOGIN CONNECTION LIMIT %d`, role, limit),
+		fmt.Sprintf(`GRANT ALL ON SCHEMA public TO %s`, role),
+		fmt.Sprintf(`GRANT ALL ON ALL TABLES IN SCHEMA public TO %s`, role),
+		fmt.Sprintf(`GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO %s`, role),
+		fmt.Sprintf(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO %s`, role),
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		// The role's sessions end with the test's database; then it goes.
+		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '%s'`, role))
+		if _, err := pool.Exec(context.Background(), fmt.Sprintf(`REASSIGN OWNED BY %[1]s TO postgres; DROP OWNED BY %[1]s; DROP ROLE %[1]s`, role)); err != nil {
+			t.Logf("drop role %s: %v", role, err)
+		}
+	})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	// Every connection the role may have is taken.
+	var held []*pgx.Conn
+	for range limit {
+		c, err := pgx.Connect(ctx, u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	env, _, stderr := environment(map[string]string{"DATABASE_URL": u.String(), "STRIPE_API_KEY": secretStripeKey, "SENDGRID_API_KEY": "SG.test"}, "")
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan int, 1)
+	go func() { done <- cli.Main(runCtx, append([]string{"run", "--admin-addr", ""}, fastRunFlags...), env) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("outboxd run did not stop")
+		}
+	})
+	testkit.Eventually(t, 30*time.Second, "run to say it waits", func() bool {
+		return strings.Contains(stderr.String(), "the database refuses connections for now")
+	})
+	select {
+	case code := <-done:
+		t.Fatalf("outboxd run exited %d while the database was at its connection limit:\n%s", code, stderr)
+	default:
+	}
+	for _, c := range held {
+		_ = c.Close(ctx)
+	}
+	testkit.Eventually(t, 60*time.Second, "run to start once connections are free", func() bool {
+		return strings.Contains(stderr.String(), "dispatcher started")
+	})
+	if !strings.Contains(stderr.String(), "53300") {
+		t.Errorf("the wait does not name the SQLSTATE:\n%s", stderr)
 	}
 }

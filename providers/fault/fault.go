@@ -81,6 +81,9 @@ type Rates struct {
 	DelayFor time.Duration
 	// RetryAfter is the wait asked by a RateLimit fault drawn by rate.
 	RetryAfter time.Duration
+	// Status is the status of an ErrorBefore or ErrorAfter fault drawn by
+	// rate; 0 means 500.
+	Status int
 }
 
 // Injector hands out faults: first those queued with Push, in order, then
@@ -166,8 +169,8 @@ func (i *Injector) nextLocked() Fault {
 		f Fault
 	}{
 		{r.LoseResponse, Fault{Kind: LoseResponse}},
-		{r.ErrorAfter, Fault{Kind: ErrorAfter}},
-		{r.ErrorBefore, Fault{Kind: ErrorBefore}},
+		{r.ErrorAfter, Fault{Kind: ErrorAfter, Status: r.Status}},
+		{r.ErrorBefore, Fault{Kind: ErrorBefore, Status: r.Status}},
 		{r.RateLimit, Fault{Kind: RateLimit, RetryAfter: r.RetryAfter}},
 		{r.Delay, Fault{Kind: Delay, Delay: r.DelayFor}},
 	} {

@@ -62,6 +62,14 @@ type DoublesConfig struct {
 	SendGridTLS bool
 }
 
+// ShareLookupRefused and ShareLookupRateLimited are the shares of
+// FaultRate of the doubles' look-ups (Stripe's lists and reads, SendGrid's
+// Email Activity) answered 404 and 429.
+const (
+	ShareLookupRefused     = 0.5
+	ShareLookupRateLimited = 0.2
+)
+
 // ShareStreamReset is the share of FaultRate by which the SendGrid double,
 // when served over HTTP/2, resets an email's stream after accepting it, on
 // top of the other faults.
@@ -379,12 +387,31 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 	} else if err := fault.New(0).SetRates(rates); err != nil {
 		return fmt.Errorf("chaos: fault rates: %w", err)
 	}
-	stripe, err := stripedouble.NewServer(stripedouble.Config{Faults: stripeFaults})
+	// Look-ups are refused too (DESIGN.md, invariant 12): a 404, as
+	// Stripe answers a PaymentIntent of another account or mode and
+	// SendGrid an unknown resource, and 429s; neither proves anything.
+	lookupRates := fault.Rates{ErrorBefore: cfg.FaultRate * ShareLookupRefused, Status: http.StatusNotFound,
+		RateLimit: cfg.FaultRate * ShareLookupRateLimited, RetryAfter: time.Second}
+	stripeLookups, sendgridLookups := fault.New(cfg.Seed+2), fault.New(cfg.Seed+3)
+	startLookupFaults := func() error {
+		for _, f := range []*fault.Injector{stripeLookups, sendgridLookups} {
+			if err := f.SetRates(lookupRates); err != nil {
+				return fmt.Errorf("chaos: look-up fault rates: %w", err)
+			}
+		}
+		return nil
+	}
+	if !cfg.HoldFaults {
+		if err := startLookupFaults(); err != nil {
+			return err
+		}
+	}
+	stripe, err := stripedouble.NewServer(stripedouble.Config{Faults: stripeFaults, LookupFaults: stripeLookups})
 	if err != nil {
 		return err
 	}
 	defer stripe.Close()
-	sendgrid, err := sendgriddouble.NewServer(sendgriddouble.Config{Faults: sendgridFaults})
+	sendgrid, err := sendgriddouble.NewServer(sendgriddouble.Config{Faults: sendgridFaults, LookupFaults: sendgridLookups})
 	if err != nil {
 		return err
 	}
@@ -397,7 +424,11 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 	control.Handle("/", st.wrap(stripe.Handler(), "/v1/payment_intents"))
 	control.HandleFunc("POST "+StartPath, func(w http.ResponseWriter, r *http.Request) {
 		var err error
-		startOnce.Do(func() { err = startFaults() })
+		startOnce.Do(func() {
+			if err = startFaults(); err == nil {
+				err = startLookupFaults()
+			}
+		})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

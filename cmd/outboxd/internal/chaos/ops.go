@@ -158,9 +158,9 @@ func (o *operator) run(ctx context.Context, every time.Duration, rnd *rand.Rand)
 		case r < 0.4:
 			action, err = actionCancel, o.cancel(ctx)
 		case r < 0.7:
-			action, err = actionResend, o.resend(ctx)
+			action, err = actionResend, o.resend(ctx, rnd)
 		default:
-			action, err = actionResolve, o.resolve(ctx)
+			action, err = actionResolve, o.resolve(ctx, rnd)
 		}
 		if errors.Is(err, errNothingToDo) {
 			continue
@@ -213,8 +213,12 @@ func (o *operator) cancel(ctx context.Context) error {
 // resend sends a random in_doubt or failed intent again, after checking,
 // once no request for it can still be executing, that the double has no
 // effect for it.
-func (o *operator) resend(ctx context.Context) error {
+func (o *operator) resend(ctx context.Context, rnd *rand.Rand) error {
 	id, kind, err := o.pick(ctx, "state IN ('in_doubt', 'failed') AND updated_at < now() - $1::bigint * interval '1 microsecond'", o.quiet.Microseconds())
+	if err != nil {
+		return err
+	}
+	seen, err := o.look(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -224,14 +228,54 @@ func (o *operator) resend(ctx context.Context) error {
 		}
 		return err
 	}
-	_, err = o.audit.Resend(ctx, id, operatorActor, "chaos: checked the provider: no effect, try again")
+	return o.act(ctx, rnd, audit.Action{Kind: audit.ActionResend, IntentID: id, Actor: operatorActor,
+		Reason: "chaos: checked the provider: no effect, try again", IfVersion: &seen})
+}
+
+// look reads the intent's version: what the operator saw, which guards
+// what it then does (DESIGN.md, invariant 11).
+func (o *operator) look(ctx context.Context, id int64) (intenttype.Version, error) {
+	var v intenttype.Version
+	err := o.pool.QueryRow(ctx, `SELECT key_generation, attempt_count FROM outbox_intents WHERE id = $1`, id).Scan(&v.KeyGeneration, &v.AttemptCount)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = errNothingToDo
+	}
+	return v, err
+}
+
+// act carries out a as an operator who looked a moment ago: it waits its
+// reading time (up to a second), so the intent may have moved on, and
+// sometimes sends the same action again, as a client whose answer was lost
+// does: found applied, never applied twice.
+func (o *operator) act(ctx context.Context, rnd *rand.Rand, a audit.Action) error {
+	if !sleepUntil(ctx, time.Now().Add(time.Duration(rnd.Int64N(int64(time.Second))))) {
+		return ctx.Err()
+	}
+	a.ActionID = fmt.Sprintf("chaos-%d-%d", a.IntentID, rnd.Uint64())
+	_, err := o.audit.Act(ctx, a)
+	var te *audit.TransitionError
+	if errors.As(err, &te) && te.Seen != nil {
+		o.count(string(a.Kind) + " refused: changed since seen")
+	}
+	if err == nil && rnd.IntN(4) == 0 {
+		if _, again := o.audit.Act(ctx, a); again == nil {
+			o.count(string(a.Kind) + " sent twice: applied once")
+		} else {
+			o.count(string(a.Kind) + " sent twice: the second refused")
+			o.logger.Warn("operator: the same action sent again was not found applied", "action", a.Kind, "intent_id", a.IntentID, "error", again)
+		}
+	}
 	return err
 }
 
 // resolve resolves a random in_doubt intent whose latest change is older
 // than the quiet time, as the double's records show it.
-func (o *operator) resolve(ctx context.Context) error {
+func (o *operator) resolve(ctx context.Context, rnd *rand.Rand) error {
 	id, kind, err := o.pick(ctx, "state = 'in_doubt' AND updated_at < now() - $1::bigint * interval '1 microsecond'", o.quiet.Microseconds())
+	if err != nil {
+		return err
+	}
+	seen, err := o.look(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -248,8 +292,7 @@ func (o *operator) resolve(ctx context.Context) error {
 	default:
 		return errNothingToDo // a duplicate: verify reports it; nobody should resolve it
 	}
-	_, err = o.audit.Resolve(ctx, id, as, operatorActor, reason)
-	return err
+	return o.act(ctx, rnd, audit.Action{Kind: audit.ActionResolve, IntentID: id, As: as, Actor: operatorActor, Reason: reason, IfVersion: &seen})
 }
 
 // effectsAt counts the effects the double performed for this deployment's

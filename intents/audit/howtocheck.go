@@ -41,6 +41,9 @@ const (
 // provider, what to search for and where. It needs no connection.
 func HowToCheck(in intenttype.Intent) Check {
 	c := Check{Provider: in.Provider}
+	// What to do about what is found, only for an intent that waits for an
+	// operator's verdict: a finished one needs none.
+	var advice string
 	var terms []searchTerm
 	if in.ProviderKey != "" {
 		terms = append(terms, term(providers.MetadataKey, in.ProviderKey))
@@ -67,7 +70,8 @@ func HowToCheck(in intenttype.Intent) Check {
 			c.ObjectURL = stripePaymentsURL + url.PathEscape(in.ProviderRef)
 		}
 		c.Note = "Search PaymentIntents by metadata (Stripe's search can lag by a minute). A PaymentIntent belongs to this intent only if " +
-			both + " and its amount, currency and customer are the payload's. Found and succeeded: resolve --as succeeded. " +
+			both + " and its amount, currency and customer are the payload's."
+		advice = " Found and succeeded: resolve --as succeeded. " +
 			"Not found, and not found by listing the customer's PaymentIntents around the creation time: retry."
 	case "sendgrid":
 		parts := make([]string, len(terms))
@@ -77,7 +81,9 @@ func HowToCheck(in intenttype.Intent) Check {
 		c.Search = strings.Join(parts, " AND ")
 		c.URL = sendgridActivity
 		c.Note = "In Email Activity, search by these custom args (the query works as is in the Email Activity API, GET /v3/messages?query=...). A message belongs to this intent only if " + both +
-			" and its recipient is one of the payload's (intents show --reveal shows them; one request is accepted or refused whole, so one recipient's message proves all). Delivered or processed: resolve --as succeeded; none: retry."
+			" and its recipient is one of the payload's (intents show --reveal shows them; one request is accepted or refused whole, so one recipient's message proves all)."
+		advice = " Delivered or processed: resolve --as succeeded. None found proves nothing: the feed lags by minutes and holds nothing without the Email Activity add-on; " +
+			"retry only once you know the email was not sent (the recipient, your mail logs), or resolve --as failed with that evidence."
 	default:
 		parts := make([]string, len(terms))
 		for i, t := range terms {
@@ -85,6 +91,9 @@ func HowToCheck(in intenttype.Intent) Check {
 		}
 		c.Search = strings.Join(parts, " ")
 		c.Note = "Look at the receiving side for a message or request carrying this key and namespace (the idempotency key, header or message id the adapter sends)."
+	}
+	if in.State == intenttype.StateInDoubt {
+		c.Note += advice
 	}
 	if legacy && in.AttemptCount > 0 {
 		c.Note += " This intent has no provider key recorded: its objects carry only " + providers.MetadataIntentID + ", which another deployment's objects may share; check the parameters."

@@ -45,3 +45,24 @@ func TestHowToCheck(t *testing.T) {
 		t.Errorf("legacy stripe: %+v", c)
 	}
 }
+
+// The advice (resolve, retry) is for an intent in_doubt only; and for
+// SendGrid, a search that finds nothing is never advice to resend: the
+// activity feed lags and may be empty without the add-on.
+func TestHowToCheckAdvisesOnlyWhatIsInDoubt(t *testing.T) {
+	for _, provider := range []string{"stripe", "sendgrid"} {
+		in := intenttype.Intent{ID: 7, Provider: provider, ProviderKey: "ns1.0/billing:p1", Namespace: "ns1", AttemptCount: 1}
+		in.State = intenttype.StateSucceeded
+		if note := audit.HowToCheck(in).Note; strings.Contains(note, "resolve") || strings.Contains(note, "retry") {
+			t.Errorf("%s, succeeded: note advises %q", provider, note)
+		}
+		in.State = intenttype.StateInDoubt
+		note := audit.HowToCheck(in).Note
+		if !strings.Contains(note, "resolve --as succeeded") {
+			t.Errorf("%s, in_doubt: note %q gives no advice", provider, note)
+		}
+		if provider == "sendgrid" && (strings.Contains(note, "none: retry") || !strings.Contains(note, "None found proves nothing")) {
+			t.Errorf("sendgrid, in_doubt: note %q advises a resend on nothing found", note)
+		}
+	}
+}

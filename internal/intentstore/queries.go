@@ -1,7 +1,8 @@
 package intentstore
 
-// Every statement on the outbox's tables that changes them, and on the River
-// rows they touch, in one place. Tables are created by migrations/001 to 009.
+// The statements on the outbox's tables that change them, and on the River
+// rows they touch, but those of ordering, which are beside the Go that
+// queues them (order.go). Tables are created by migrations/001 to 010.
 // Parameters are named (pgx.NamedArgs); the statements run for every intent
 // are rewritten into positional form once (named.go).
 

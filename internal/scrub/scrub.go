@@ -1,7 +1,8 @@
 // Package scrub keeps secrets (API keys, passwords in URLs) out of error
 // text and logs, while keeping the error chain intact for errors.Is and
-// errors.As. Every adapter that holds a secret uses it, so there is one
-// place where "never print a secret" is implemented.
+// errors.As. The adapters and the JetStream consumer wrap with it the
+// errors that may quote their secrets; the AMQP and JetStream adapters
+// mask their URLs for logs with a RedactURL of their own.
 package scrub
 
 import (

@@ -231,7 +231,8 @@ func shellQuote(s string) string {
 // builtinKinds and builtinProviders are the kinds and providers outboxd
 // knows; a library user's own may also be in the database.
 var (
-	builtinKinds     = []string{stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail, jetstreamprovider.KindPublish, amqpprovider.KindPublish, webhookprovider.KindPost}
+	builtinKinds = []string{stripeprovider.KindPaymentIntent, stripeprovider.KindRefund, stripeprovider.KindCapture, stripeprovider.KindCancel,
+		sendgridprovider.KindEmail, jetstreamprovider.KindPublish, amqpprovider.KindPublish, webhookprovider.KindPost}
 	builtinProviders = []string{stripeprovider.Name, sendgridprovider.Name, jetstreamprovider.Name, amqpprovider.Name, webhookprovider.Name}
 )
 

@@ -17,6 +17,8 @@ import (
 	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
+	"github.com/outboxkit/outbox/providers/sendgridprovider"
+	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
 
 // operatorDB is a database with three recorded intents, as `outboxd record`
@@ -563,5 +565,25 @@ func TestBulkConfirmationNeedsARealTerminal(t *testing.T) {
 	code := cli.Main(context.Background(), []string{"intents", "cancel", "--state", "pending", "--reason", "x"}, env)
 	if code != 2 || !strings.Contains(stderr.String(), "needs --yes when stdin is not a terminal") || strings.Contains(stdout.String(), "type yes") {
 		t.Fatalf("bulk cancel with stdin /dev/null: exit %d\nstdout %s\nstderr %s\nwant exit 2 asking for --yes", code, stdout, stderr)
+	}
+}
+
+// Every kind a built-in adapter performs is known to the filters, whether
+// or not the database holds one yet (stripe.refund was refused before).
+func TestEveryBuiltInKindFilters(t *testing.T) {
+	t.Parallel()
+	db := newOperatorDB(t)
+	sp, err := stripeprovider.New(stripeprovider.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp, err := sendgridprovider.New(sendgridprovider.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range append(sp.Kinds(), gp.Kinds()...) {
+		if r := db.run(t, "intents", "list", "--kind", kind); r.code != 0 {
+			t.Errorf("intents list --kind %s: %s", kind, r)
+		}
 	}
 }

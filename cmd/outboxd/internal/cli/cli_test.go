@@ -372,7 +372,7 @@ func startRunWith(t *testing.T, stripeKey string, extraEnv map[string]string, ar
 }
 
 // fastRunFlags make a dispatcher pick up and retry intents quickly.
-var fastRunFlags = []string{"--fetch-cooldown", "10ms", "--retry-backoff", "50ms", "--retry-backoff-max", "100ms", "--call-timeout", "5s", "--sweep-interval", "1s"}
+var fastRunFlags = []string{"--admin-addr", "", "--fetch-cooldown", "10ms", "--retry-backoff", "50ms", "--retry-backoff-max", "100ms", "--call-timeout", "5s", "--sweep-interval", "1s"}
 
 // waitForStates polls until every intent of the database is in a state
 // that settled returns true for, and returns the states by message id and

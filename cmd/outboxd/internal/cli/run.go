@@ -175,7 +175,21 @@ exported are then flushed.
 	if err != nil {
 		return err
 	}
+	// The admin server listens before anything is dispatched: an address
+	// taken (by another outboxd run, whose dashboard an operator would
+	// read for this one's) fails the start, with nothing done.
+	admin, err := startAdmin(ctx, adminParams{
+		addr: *adminAddr, token: adminToken, tlsTerminated: *adminTLSTerminated,
+		pool: pool, registry: registry, metrics: outboxMetrics, gatherer: metricsRegistry, logger: logger,
+		tracerProvider: cfg.TracerProvider,
+	})
+	if err != nil {
+		return err
+	}
 	if err := d.Start(ctx); err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
+		defer cancel()
+		_ = admin.shutdown(stopCtx)
 		return err
 	}
 	names := []string{}
@@ -183,17 +197,6 @@ exported are then flushed.
 		names = append(names, p.Name())
 	}
 	logger.InfoContext(ctx, "dispatcher started", "providers", names, "workers", *workers, "max_attempts", *maxAttempts)
-	admin, err := startAdmin(ctx, adminParams{
-		addr: *adminAddr, explicit: flagWasSet(fs, "admin-addr"), token: adminToken, tlsTerminated: *adminTLSTerminated,
-		pool: pool, registry: registry, metrics: outboxMetrics, gatherer: metricsRegistry, logger: logger,
-		tracerProvider: cfg.TracerProvider,
-	})
-	if err != nil {
-		stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
-		defer cancel()
-		_ = d.Stop(stopCtx)
-		return err
-	}
 	<-ctx.Done()
 	logger.Info("shutting down: waiting for attempts in flight", "grace", *grace)
 	stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
@@ -248,7 +251,6 @@ func flagWasSet(fs *flag.FlagSet, name string) bool {
 
 type adminParams struct {
 	addr     string
-	explicit bool // --admin-addr was given, so failing to listen is fatal
 	token    string
 	pool     *pgxpool.Pool
 	registry *providers.Registry
@@ -272,10 +274,9 @@ func (a *runningAdmin) shutdown(ctx context.Context) error {
 	return a.srv.Shutdown(ctx)
 }
 
-// startAdmin starts the admin server unless p.addr is empty. When the
-// default address cannot be listened on (another outboxd run on this host
-// has it), run goes on without it and says so; an address given with
-// --admin-addr must work.
+// startAdmin starts the admin server unless p.addr is empty. An address
+// that cannot be listened on (the default one included: another outboxd
+// run on this host has it) is an error naming --admin-addr.
 func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 	if p.addr == "" {
 		p.logger.InfoContext(ctx, "admin server disabled (--admin-addr is empty)")
@@ -304,11 +305,7 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 		return nil, usageErrorf("%v", err)
 	}
 	if err := srv.Start(ctx); err != nil {
-		if !p.explicit {
-			p.logger.WarnContext(ctx, "admin server not started: its default address is taken; set --admin-addr to another address (or empty to disable)", "addr", p.addr, "error", err)
-			return nil, nil
-		}
-		return nil, err
+		return nil, fmt.Errorf("%w: set --admin-addr to another address, or empty to run without the admin server", err)
 	}
 	return &runningAdmin{srv: srv}, nil
 }

@@ -150,8 +150,9 @@ func TestRunServesTheAdminServer(t *testing.T) {
 	wantContains(t, "healthcheck stderr", r.stderr, "unhealthy", addr)
 }
 
-// TestRunFailsWhenTheGivenAdminAddressIsTaken: an address given with
-// --admin-addr must work; the dispatcher is stopped again.
+// TestRunFailsWhenTheGivenAdminAddressIsTaken: the admin server's address
+// must work, before anything is dispatched: an intent recorded meanwhile
+// is not attempted.
 func TestRunFailsWhenTheGivenAdminAddressIsTaken(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -166,7 +167,10 @@ func TestRunFailsWhenTheGivenAdminAddressIsTaken(t *testing.T) {
 		if code != 1 {
 			t.Errorf("run with a taken --admin-addr returned %d, want 1", code)
 		}
-		wantContains(t, "stderr", rd.stderr.String(), "listen on "+ln.Addr().String())
+		wantContains(t, "stderr", rd.stderr.String(), "listen on "+ln.Addr().String(), "set --admin-addr to another address")
+		if strings.Contains(rd.stderr.String(), "dispatcher started") {
+			t.Errorf("the dispatcher started before the admin server failed:\n%s", rd.stderr.String())
+		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("run with a taken --admin-addr did not stop within 60s\n%s", rd.stderr.String())
 	}

@@ -44,6 +44,9 @@ package dispatcher
 //     and a key's effects come in recorded order; a waiting intent always
 //     has something unfinished to wait for (none is stranded), and none
 //     waits for an intent that failed or was cancelled;
+//   - a call the provider answered with success, by a worker that went on,
+//     settles the intent succeeded (whatever bytes the answer held); "may
+//     have acted" needs a call or a worker stopped around one;
 //   - liveness, at the end: with the faults stopped and time moved on,
 //     every intent is terminal or in_doubt, none pending or dispatching,
 //     and no in_doubt one has a look-up due that Recheck leaves undone.
@@ -57,8 +60,9 @@ package dispatcher
 // Each border fixed in this package's history is caught by the default run
 // when reintroduced (a refused look-up read as proof, an unguarded stale
 // resend, a key stranded behind an intent recorded cancelled, a take-over
-// past the budget, an action retried without its identity); the log line
-// "borders:" says how often the run met each input.
+// past the budget, an action retried without its identity, a provider
+// reference Postgres refuses, a lost claim answer not released); the log
+// line "borders:" says how often the run met each input.
 //
 // The default run is small and fixed so it fits in `make test`: 25 cases of
 // 30 to 60 actions from a fixed seed, printed (about 15 s). Longer runs:
@@ -174,6 +178,7 @@ var modelFaults = []faultChoice{
 	{"503_after", fault.Fault{Kind: fault.ErrorAfter, Status: 503}},
 	{"429", fault.Fault{Kind: fault.RateLimit, RetryAfter: time.Millisecond}},
 	{"delay_past_timeout", fault.Fault{Kind: fault.Delay, Delay: 5 * time.Second}},
+	{"bad_reference", fault.Fault{Kind: fault.BadReference}},
 }
 
 // reaches reports whether a call that met f may have reached the provider
@@ -398,10 +403,12 @@ var modelLookups = []modelLookup{
 // modelLostAcks are the writes whose answer lose_ack can lose after the
 // server committed them, by a text of their SQL (LostAckProxy).
 var modelLostAcks = []struct{ Name, SQL string }{
+	{"load_and_claim", "AS claim_first_used"}, // the common claim: twice the weight
 	{"load_and_claim", "AS claim_first_used"},
 	{"claim", "SELECT attempt_count, provider_key, key_namespace, key_first_used_at FROM claimed"},
 	{"settle", "claimed_attempt = NULL"},
-	{"operator_commit", ""}, // the COMMIT of an operator's transaction
+	{"operator_commit", ""}, // the COMMIT of an operator's transaction: twice too
+	{"operator_commit", ""},
 }
 
 type modelIntent struct {
@@ -1323,6 +1330,24 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 		}
 	}
 
+	// A known outcome is never discarded (invariants 7 and 14): a call the
+	// provider answered with success, by a worker that went on, settles
+	// the intent succeeded, whatever bytes the answer held.
+	if r.State != intenttype.StateSucceeded {
+		for _, c := range calls {
+			if c.Intent == r.ID && c.Sent && c.Interrupt == runThrough && c.Outcome == "ok" {
+				return fmt.Sprintf("%s, though a call (%s) was answered with success and its worker went on", r.State, c.Fault)
+			}
+		}
+	}
+
+	// A worker that knows it did not call says so (invariant 15): "may have
+	// acted" needs a call, or a worker that stopped around one (crashed or
+	// parked), never only a claim whose answer was lost.
+	if r.MayHaveActed && !slices.ContainsFunc(calls, func(c callRec) bool { return c.Intent == r.ID }) && !m.parked(r.ID) {
+		return "may_have_acted, though no call was made for it and no worker stopped around one"
+	}
+
 	// Every call spends an attempt, and none is made past the budget
 	// (invariant 14), a take-over's included.
 	if r.AttemptsUsed > modelMaxAttempts {
@@ -1395,6 +1420,11 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 		return fmt.Sprintf("state %s, but the last event left it %s", r.State, prev)
 	}
 	return ""
+}
+
+// parked reports whether a zombie worker holds intent id.
+func (m *model) parked(id int64) bool {
+	return slices.ContainsFunc(m.zombies, func(z *zombie) bool { return z.intent == id })
 }
 
 // report renders everything about one intent, for a failure.

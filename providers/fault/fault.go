@@ -10,6 +10,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -36,10 +37,18 @@ const (
 	// RateLimit: the provider answers 429 without acting, asking the client
 	// to wait Fault.RetryAfter (1s by default).
 	RateLimit Kind = "rate_limit"
+	// BadReference: the provider acts and answers success with a reference
+	// a text column refuses (invalid UTF-8) and longer than any real one,
+	// where its protocol lets it (SendGrid's X-Message-Id header; JSON
+	// cannot carry invalid UTF-8, so the Stripe double answers as usual).
+	BadReference Kind = "bad_reference"
 )
 
+// BadReferenceValue is what a BadReference fault answers as the reference.
+var BadReferenceValue = "msg-\xff\xfe-" + strings.Repeat("r", 5000)
+
 // Kinds lists every fault kind, in a fixed order, for reports.
-var Kinds = []Kind{Delay, ErrorBefore, ErrorAfter, LoseResponse, RateLimit}
+var Kinds = []Kind{Delay, ErrorBefore, ErrorAfter, LoseResponse, RateLimit, BadReference}
 
 // Fault is one injected failure.
 type Fault struct {

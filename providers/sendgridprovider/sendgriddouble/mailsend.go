@@ -158,7 +158,11 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	w.Header().Set("X-Message-Id", email.MessageID)
+	if f.Kind == fault.BadReference {
+		w.Header()["X-Message-Id"] = []string{fault.BadReferenceValue}
+	} else {
+		w.Header().Set("X-Message-Id", email.MessageID)
+	}
 	w.WriteHeader(http.StatusAccepted)
 }
 

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -241,12 +240,6 @@ func loadAdminToken(env Env, addr string) (string, error) {
 		return "", usageErrorf("refusing to start: %s must be at least 16 bytes", adminhttp.TokenEnv)
 	}
 	return token, nil
-}
-
-func flagWasSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 type adminParams struct {

@@ -220,6 +220,20 @@ func (c *Config) withDefaults() (*Config, error) {
 	if out.Providers == nil {
 		return nil, errors.New("dispatcher: Config.Providers is required")
 	}
+	// A provider that cannot perform would fail every intent of its kinds
+	// for good (a registry built for recording, without credentials):
+	// refused here, all of them named at once.
+	var unconfigured []error
+	for _, p := range out.Providers.Providers() {
+		if c, ok := p.(providers.Configured); ok {
+			if err := c.CheckConfigured(); err != nil {
+				unconfigured = append(unconfigured, err)
+			}
+		}
+	}
+	if len(unconfigured) > 0 {
+		return nil, fmt.Errorf("dispatcher: Config.Providers cannot perform: %w", errors.Join(unconfigured...))
+	}
 	durations := []struct {
 		name  string
 		value *time.Duration

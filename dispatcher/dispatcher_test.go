@@ -554,3 +554,27 @@ func TestNewValidatesConfig(t *testing.T) {
 		}
 	}
 }
+
+// A registry built for recording (adapters without credentials) cannot
+// dispatch: every intent would fail for good. dispatcher.New refuses it,
+// naming every provider and the field.
+func TestNewRefusesProvidersThatCannotPerform(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	sp, err := stripeprovider.New(stripeprovider.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp, err := sendgridprovider.New(sendgridprovider.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := providers.NewRegistry(sp, gp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dispatcher.New(pool, &dispatcher.Config{Providers: reg})
+	if err == nil || !strings.Contains(err.Error(), "stripeprovider: Config.APIKey is empty") || !strings.Contains(err.Error(), "sendgridprovider: Config.APIKey is empty") {
+		t.Fatalf("New with keyless providers = %v, want both named", err)
+	}
+}

@@ -166,3 +166,14 @@ type Filler interface {
 // FillPlaceholder is what a filled field holds while its payload is
 // validated, for a provider that is not a Filler.
 const FillPlaceholder = "filled-at-dispatch"
+
+// Configured is implemented by a provider that can say, without I/O,
+// whether it can perform its intents: an adapter built without credentials
+// can validate and redact (all recording needs) but every attempt would
+// fail. dispatcher.New refuses a registry holding one that is not
+// configured, instead of failing every intent it would attempt.
+type Configured interface {
+	// CheckConfigured returns nil, or an error naming what is missing
+	// (the Config field).
+	CheckConfigured() error
+}

@@ -198,6 +198,7 @@ func killDuringCall(t *testing.T, c crashCase) crashed {
 		"--retry-backoff-max", "100ms",
 		"--fetch-cooldown", "10ms",
 		"--log-level", "debug",
+		"--admin-addr", "", // several run at once on this host
 	)
 	cmd.Env = append(os.Environ(), append([]string{"DATABASE_URL=" + dbURL}, c.env...)...)
 	var output syncBuffer

@@ -652,3 +652,12 @@ func (pc *pacer) take(now time.Time) time.Duration {
 	pc.sent = append(pc.sent[1:], now)
 	return 0
 }
+
+// CheckConfigured implements providers.Configured: without Config.APIKey
+// the provider validates and redacts, but performs nothing.
+func (p *Provider) CheckConfigured() error {
+	if p.apiKey == "" {
+		return errors.New("sendgridprovider: Config.APIKey is empty: this provider can validate and redact intents, not perform them")
+	}
+	return nil
+}

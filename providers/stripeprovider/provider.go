@@ -611,6 +611,15 @@ func (p *Provider) judge(pi *stripe.PaymentIntent, pl *PaymentIntentPayload, sta
 	return ae
 }
 
+// CheckConfigured implements providers.Configured: without Config.APIKey
+// the provider validates and redacts, but performs nothing.
+func (p *Provider) CheckConfigured() error {
+	if p.api == nil {
+		return errors.New("stripeprovider: Config.APIKey is empty: this provider can validate and redact intents, not perform them")
+	}
+	return nil
+}
+
 func (p *Provider) ready() error {
 	if p.api == nil {
 		return &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the Stripe API key is not configured", DidNotAct: true}

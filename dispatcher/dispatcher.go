@@ -42,6 +42,25 @@ type Dispatcher struct {
 	namespace string
 	// rules say which intents a job claims as it loads them; set by Start.
 	rules *intentstore.ClaimRules
+
+	// lastClaim is the latest claimTime handed out.
+	claimMu   sync.Mutex
+	lastClaim time.Time
+}
+
+// claimTime is Config.Now, at the microsecond Postgres keeps, and never the
+// same one twice in this dispatcher: an attempt's started_at is what tells
+// its claim from another when a worker releases one whose answer it lost
+// (intentstore.ReleaseUnsent).
+func (d *Dispatcher) claimTime() time.Time {
+	d.claimMu.Lock()
+	defer d.claimMu.Unlock()
+	t := d.config.Now().Truncate(time.Microsecond)
+	if !t.After(d.lastClaim) {
+		t = d.lastClaim.Add(time.Microsecond)
+	}
+	d.lastClaim = t
+	return t
 }
 
 // New returns a Dispatcher working the intents in the database behind pool,

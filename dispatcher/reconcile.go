@@ -86,7 +86,7 @@ func (d *Dispatcher) apply(st *intentstore.Settlement, v verdict, why string) {
 	case intenttype.StateInDoubt:
 		st.LastError = why + "; " + v.note
 		switch {
-		case v.recheck && v.retryAfter > 0 && d.config.MaxRechecks >= 0:
+		case v.recheck && v.retryAfter > 0 && d.config.MaxRechecks > 0: // 0: never look up again (MaxRechecks < 0 as given)
 			// Asked to wait: the same look-up goes again then, and the
 			// wait spends none of the re-checks.
 			at := d.config.Now().Add(v.retryAfter)

@@ -40,7 +40,7 @@ const claimLostSnooze = time.Second
 // claimed in the statement that loads it (intentstore.ClaimRules say when:
 // exactly when the decision below would attempt it at once).
 func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
-	now := d.config.Now()
+	now := d.claimTime()
 	loaded, err := d.store.LoadClaim(ctx, intentID, d.rules, now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Pruned by retention, or never committed: nothing to do.
@@ -77,7 +77,7 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 		// provider on every job run.
 		inWindow := caps.IdempotencyKeys && d.withinKeyWindow(caps, row.KeyFirstUsedAt, now)
 		if inWindow && row.AttemptsUsed() < limit {
-			return st.attempt(ctx, now) // the same key: the provider answers a repeat with the first result
+			return st.attempt(ctx) // the same key: the provider answers a repeat with the first result
 		}
 		why := fmt.Sprintf("attempt %d has no outcome: its dispatcher stopped during the call, or its outcome was lost", row.ClaimedAttempt)
 		switch {
@@ -87,7 +87,7 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 			why += fmt.Sprintf(", and the provider's key window (%s) has passed since the key was first used", caps.KeyWindow)
 		}
 		return st.settle(ctx, st.ambiguous(ctx, intenttype.StateDispatching, row.ClaimedAttempt, &intentstore.AttemptOutcome{
-			Finished: now, Outcome: string(providers.OutcomeAmbiguous), Error: "no outcome recorded: " + why,
+			Finished: now, Outcome: string(providers.OutcomeAmbiguous), Error: intentstore.TakeOverPrefix + " " + why,
 		}, why, false))
 	}
 
@@ -108,7 +108,7 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 			fmt.Sprintf("the provider's key window (%s) has passed since the key was first used %s ago, after an attempt that may have reached it",
 				caps.KeyWindow, now.Sub(row.KeyFirstUsedAt).Round(time.Second)), true))
 	}
-	return st.attempt(ctx, now)
+	return st.attempt(ctx)
 }
 
 // withinKeyWindow reports whether a key first used at firstUsed (zero: not
@@ -140,8 +140,9 @@ func (s *step) request() providers.Request {
 
 // attempt claims the intent, calls the provider and settles the outcome,
 // in the attempt's span.
-func (s *step) attempt(ctx context.Context, now time.Time) error {
+func (s *step) attempt(ctx context.Context) error {
 	d := s.d
+	now := d.claimTime() // each claim its own instant (see ReleaseUnsent)
 	claim, err := d.store.Claim(ctx, intentstore.ClaimParams{
 		Row:         s.row,
 		ProviderKey: intenttype.ProviderKey(d.namespace, s.row.KeyGeneration, s.row.Key, s.p.Capabilities().MaxKeyLength),

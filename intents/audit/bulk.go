@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -107,7 +108,13 @@ func (s *Store) ActAll(ctx context.Context, f Filter, a BulkAction, dryRun bool,
 	if strings.TrimSpace(a.Reason) == "" {
 		return res, inputError("reason", "a bulk action needs a reason, for every intent's event log")
 	}
+	// Each intent's action id is ActionID:<intent id>: checked here at the
+	// longest it can be, so that no intent is refused for it after others
+	// were acted on.
 	probe := Action{Kind: a.Kind, IntentID: 1, As: a.As, Actor: a.Actor, Reason: a.Reason}
+	if a.ActionID != "" {
+		probe.ActionID = fmt.Sprintf("%s:%d", a.ActionID, int64(math.MaxInt64))
+	}
 	if err := probe.Validate(); err != nil {
 		return res, err
 	}

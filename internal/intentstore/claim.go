@@ -43,7 +43,12 @@ var ErrClaimLost = errors.New("intent changed before it could be claimed")
 
 // takeOverError is recorded on an attempt found open when a new claim takes
 // the intent over.
-const takeOverError = "no outcome recorded: the dispatcher stopped during the call, or its settlement was lost"
+const takeOverError = TakeOverPrefix + " the dispatcher stopped during the call, or its settlement was lost"
+
+// TakeOverPrefix starts the error of every attempt closed for want of an
+// outcome (a take-over by a claim or by the dispatcher's own decision): a
+// late outcome of that attempt replaces it (see settleSQL).
+const TakeOverPrefix = "no outcome recorded:"
 
 // Claim moves a pending intent to dispatching under a new attempt, or takes
 // over a dispatching intent whose attempt was never settled (closing that
@@ -146,8 +151,11 @@ func queueClaim(b *pgx.Batch, p ClaimParams) *claimResult {
 // (outcome retry) and the intent goes back to pending, "may have acted" as
 // it was, instead of being taken over later as an attempt that stopped
 // during its call (DESIGN.md, invariant 15). The claim is known by its
-// attempt's started_at, the @now the caller claimed with: a claim someone
-// else holds is never released. It reports whether it released one (false:
+// attempt's started_at, the @now the caller claimed with, which the caller
+// never hands out twice (dispatcher's claimTime); another dispatcher's
+// claim of the same intent would have to start at the same microsecond,
+// after this one's release committed, to be taken for it. It reports
+// whether it released one (false:
 // the claim had not committed, or was already settled) and retries
 // transient errors for Config.RetryFor, so it says so once the database is
 // back.

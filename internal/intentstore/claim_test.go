@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
@@ -161,5 +162,41 @@ func TestALateSuccessIsRecordedOnItsAttempt(t *testing.T) {
 	}
 	if outcome != "succeeded" || ref != "msg_1" {
 		t.Fatalf("attempt 1's row: %s, %q; want succeeded with msg_1, as the intent", outcome, ref)
+	}
+}
+
+// Two runs of one action at once (a double click, a client's retry while
+// the first is still in flight) apply it once, and both report it done:
+// the second, which waited for the row lock, sees the first's event.
+func TestOneActionRunTwiceAtOnceIsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store, _, id := setupOnPool(t)
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM outbox_intents WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	act := intentstore.OperatorAction{Kind: intenttype.ActionCancel, IntentID: id, Actor: "operator:ann", Reason: "withdrawn", ActionID: "req-1"}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- store.Act(ctx, act) }()
+	}
+	// Both wait on the lock; then the first applies, the second finds it.
+	testkit.Eventually(t, 10*time.Second, "both actions to wait for the row lock", func() bool {
+		return testkit.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) == 2
+	})
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a run of the action: %v, want both done", err)
+		}
+	}
+	if n := testkit.Count(t, pool, `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND action_id = 'req-1'`, id); n != 1 {
+		t.Fatalf("%d events carry the action, want 1", n)
 	}
 }

@@ -89,13 +89,18 @@ func (s *Store) actTx(ctx context.Context, a OperatorAction, allowed []intenttyp
 		var current intenttype.State
 		var mayHaveActed, applied bool
 		var now intenttype.Version
-		err := tx.QueryRow(ctx, lockForOperatorSQL, pgx.NamedArgs{"id": a.IntentID, "action_id": nullString(a.ActionID)}).
-			Scan(&current, &mayHaveActed, &now.KeyGeneration, &now.AttemptCount, &applied)
+		err := tx.QueryRow(ctx, lockForOperatorSQL, pgx.NamedArgs{"id": a.IntentID}).
+			Scan(&current, &mayHaveActed, &now.KeyGeneration, &now.AttemptCount)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: no intent has id %d", intenttype.ErrNotFound, a.IntentID)
 		}
 		if err != nil {
 			return err
+		}
+		if a.ActionID != "" {
+			if err := tx.QueryRow(ctx, actionAppliedSQL, pgx.NamedArgs{"id": a.IntentID, "action_id": a.ActionID}).Scan(&applied); err != nil {
+				return err
+			}
 		}
 		if applied {
 			return nil // this action's event is there: it was applied

@@ -264,7 +264,7 @@ WITH closed AS (
     SET finished_at = @finished_at, outcome = @outcome, http_status = @http_status,
         provider_ref = @attempt_provider_ref, replayed = @replayed, error = @attempt_error
     WHERE @close_attempt AND intent_id = @id AND attempt = @attempt
-      AND (outcome IS NULL OR (outcome = 'ambiguous' AND error = @take_over_error))
+      AND (outcome IS NULL OR (outcome = 'ambiguous' AND starts_with(error, @take_over_prefix)))
 ),
 updated AS (
     UPDATE outbox_intents
@@ -602,11 +602,18 @@ WHERE minute IN (
 // commit, so concurrent actions and the dispatcher's claims and settlements
 // serialise with it.
 const lockForOperatorSQL = `
-SELECT state, may_have_acted, key_generation, attempt_count,
-    EXISTS (SELECT 1 FROM outbox_events e WHERE e.intent_id = @id AND e.action_id = @action_id) AS applied
+SELECT state, may_have_acted, key_generation, attempt_count
 FROM outbox_intents
 WHERE id = @id
 FOR UPDATE`
+
+// actionAppliedSQL tells whether an action's event is already there. A
+// statement of its own, run once the row lock is held: its snapshot then
+// shows the event a concurrent run of the same action committed while this
+// one waited for the lock (the lock's own statement would not, under READ
+// COMMITTED).
+const actionAppliedSQL = `
+SELECT EXISTS (SELECT 1 FROM outbox_events WHERE intent_id = @id AND action_id = @action_id)`
 
 // resendSQL is an operator's resend of an in_doubt intent: back to pending
 // under a new key generation (the operator checked the effect did not

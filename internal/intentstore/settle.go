@@ -182,7 +182,7 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		// A take-over closed the attempt for want of an outcome: the
 		// outcome, learnt late, replaces that guess, so the attempt row
 		// agrees with the intent that adopts it.
-		"take_over_error": takeOverError,
+		"take_over_prefix": TakeOverPrefix,
 	}
 	if o := st.Outcome; o != nil && st.Attempt > 0 {
 		args["close_attempt"], args["finished_at"], args["outcome"] = true, o.Finished, o.Outcome

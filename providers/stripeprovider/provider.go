@@ -761,12 +761,12 @@ func retryAfter(v string, now time.Time) time.Duration {
 //     canceled for a payload that does not confirm; succeeded or
 //     requires_capture for one that does): found=true with its id;
 //   - otherwise an owned, confirmed PaymentIntent still processing: an
-//     *providers.AttemptError (OutcomeRetry, Code "processing"), neither
-//     found nor absent, so the intent is looked up again later;
+//     error wrapping providers.ErrAbsenceNotProven, neither found nor
+//     absent, so the intent is looked up again later;
 //   - only owned PaymentIntents that show no effect (declined, awaiting the
-//     customer's action): found=false and a *providers.AttemptError
-//     (OutcomeFailed, DidNotAct) saying which and why: the charge did not
-//     happen, and repeating it would be answered the same way;
+//     customer's action): found=false and a *providers.NotPerformedError
+//     saying which and why: the charge did not happen, and repeating it
+//     would be answered the same way;
 //   - nothing owned in the whole listing: found=false, nil, a proven
 //     absence;
 //   - the page bound reached with more to list: an error wrapping
@@ -781,9 +781,10 @@ func retryAfter(v string, now time.Time) time.Duration {
 // another outbox_key, is not the intent's; one that carries only the intent
 // id is adopted only if its amount, currency and customer match the payload.
 //
-// Failures to ask (Stripe unreachable, a 5xx, a 429) are
-// *providers.AttemptError values as Perform would classify them; none of
-// them is "not found".
+// Failures to ask (Stripe unreachable, a 5xx, a 429, a 400 or 404 for an
+// object of another account or mode) are *providers.LookupError values
+// naming what the look-up needs; none of them is "not found", and none
+// proves anything.
 //
 // KindRefund, KindCapture and KindCancel are looked up by reconcileRefund,
 // reconcileCapture and reconcileCancel (money.go), all strongly consistent

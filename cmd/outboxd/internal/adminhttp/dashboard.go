@@ -380,6 +380,11 @@ type confirmBody struct {
 	// ActionID is the form's action identity: a form posted twice (a
 	// double click, a reload after a lost answer) is applied once.
 	ActionID string
+	// SeenState and SeenVersion are the intent as the confirmation page
+	// first showed it: a form sent back with an error keeps them, so that
+	// a second submit still acts only on what the operator checked.
+	SeenState   intenttype.State
+	SeenVersion intenttype.Version
 }
 
 func (s *Server) loadForAction(r *http.Request) (confirmBody, error) {
@@ -395,7 +400,8 @@ func (s *Server) loadForAction(r *http.Request) (confirmBody, error) {
 	if err != nil {
 		return confirmBody{}, err
 	}
-	b := confirmBody{Intent: d.Intent, Action: action, From: actions[action].kind.AllowedFrom(), ActionID: newFormActionID()}
+	b := confirmBody{Intent: d.Intent, Action: action, From: actions[action].kind.AllowedFrom(), ActionID: newFormActionID(),
+		SeenState: d.Intent.State, SeenVersion: d.Intent.Version()}
 	for _, from := range b.From {
 		b.Allowed = b.Allowed || from == d.Intent.State
 	}
@@ -440,7 +446,13 @@ func (s *Server) actionSubmit(w http.ResponseWriter, r *http.Request) error {
 	if id := r.PostForm.Get("action_id"); id != "" {
 		b.ActionID = id
 	}
-	req := actionRequest{Reason: b.Reason, IfState: r.PostForm.Get("seen_state"), IfVersion: r.PostForm.Get("seen_version"), ActionID: b.ActionID}
+	if seen := r.PostForm.Get("seen_state"); seen != "" {
+		b.SeenState = intenttype.State(seen)
+	}
+	if v, err := intenttype.ParseVersion(r.PostForm.Get("seen_version")); err == nil {
+		b.SeenVersion = v
+	}
+	req := actionRequest{Reason: b.Reason, IfState: string(b.SeenState), IfVersion: b.SeenVersion.String(), ActionID: b.ActionID}
 	if b.Action == "resolve" {
 		req.As = b.As
 		req.ProviderRef = strings.TrimSpace(b.ProviderRef)
@@ -507,7 +519,13 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "login.html", "Sign in", loginBody{Next: next})
 }
 
+// login is the sign-in form's POST: unauthenticated, so its body counts
+// among MaxConcurrentBodies like any other.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	s.withBody(w, r, func() { s.loginForm(w, r) })
+}
+
+func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		s.renderError(w, r, http.StatusBadRequest, "The form could not be read.")

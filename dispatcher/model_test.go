@@ -64,8 +64,8 @@ package dispatcher
 // reference Postgres refuses, a lost claim answer not released); the log
 // line "borders:" says how often the run met each input.
 //
-// The default run is small and fixed so it fits in `make test`: 25 cases of
-// 30 to 60 actions from a fixed seed, printed (about 15 s). Longer runs:
+// The default run is small and fixed so it fits in `make test`: 35 cases of
+// 30 to 60 actions from a fixed seed, printed (about 20 s). Longer runs:
 //
 //	go test -count=1 -run TestModel ./dispatcher/ -rapid.checks=200 -rapid.steps=60
 //	go test -count=1 -run TestModel ./dispatcher/ -rapid.seed=0   # a random seed
@@ -109,7 +109,7 @@ import (
 
 // Defaults of the bounded run; see the comment above.
 const (
-	modelChecks = 25
+	modelChecks = 35
 	modelSteps  = 60
 	modelSeed   = 20240611
 

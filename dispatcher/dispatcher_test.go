@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
@@ -561,19 +562,7 @@ func TestNewValidatesConfig(t *testing.T) {
 func TestNewRefusesProvidersThatCannotPerform(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
-	sp, err := stripeprovider.New(stripeprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gp, err := sendgridprovider.New(sendgridprovider.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := providers.NewRegistry(sp, gp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = dispatcher.New(pool, &dispatcher.Config{Providers: reg})
+	_, err := dispatcher.New(pool, &dispatcher.Config{Providers: fixture.Registry(t)}) // the adapters without credentials
 	if err == nil || !strings.Contains(err.Error(), "stripeprovider: Config.APIKey is empty") || !strings.Contains(err.Error(), "sendgridprovider: Config.APIKey is empty") {
 		t.Fatalf("New with keyless providers = %v, want both named", err)
 	}

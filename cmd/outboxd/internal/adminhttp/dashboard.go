@@ -89,6 +89,7 @@ func (s *Server) styleCSS(w http.ResponseWriter, _ *http.Request) {
 
 // pageData is what every page template gets.
 type pageData struct {
+	Where    where
 	Title    string
 	CSRF     string
 	TokenSet bool
@@ -167,7 +168,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 // renderRefresh renders a page that reloads itself when refresh.On.
 func (s *Server) renderRefresh(w http.ResponseWriter, r *http.Request, status int, name, title string, body any, refresh refreshState) {
 	a := authFrom(r.Context())
-	data := pageData{Title: title, TokenSet: s.keys.tokenSet, RiverUI: s.riverUI != nil, Refresh: refresh, Body: body}
+	data := pageData{Where: s.where, Title: title, TokenSet: s.keys.tokenSet, RiverUI: s.riverUI != nil, Refresh: refresh, Body: body}
 	if a.session != "" {
 		data.CSRF = s.keys.csrfToken(a.session)
 	}

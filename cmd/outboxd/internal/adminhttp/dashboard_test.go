@@ -48,6 +48,7 @@ func TestDashboardOverview(t *testing.T) {
 		absent   []string
 		check    func(t *testing.T, body string)
 	}{
+		{name: "which deployment", path: "/", status: 200, wants: []string{`id="where"`, "database " + b.pool.Config().ConnConfig.Database + " on 127.0.0.1 · namespace "}},
 		{name: "list with chart, choices, ages and auto-refresh", path: "/", status: 200, wants: []string{
 			`<svg class="activity"`, `<polyline class="series series-recorded" points="`, `class="series series-succeeded"`,
 			`class="series series-in_doubt"`, `class="series series-backlog"`,

@@ -101,6 +101,10 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
 // Config configures a Server.
 type Config struct {
+	// Version is the running program's version, shown in every page's
+	// header beside the database and the namespace, so an operator knows
+	// which deployment the dashboard is of. Optional.
+	Version string
 	// Addr is the TCP address to listen on ("127.0.0.1:8080", ":9090").
 	// A port of 0 picks a free one; Server.Addr tells which. Defaults to
 	// DefaultAddr.
@@ -218,6 +222,13 @@ type Server struct {
 
 	// bodies holds a token for each request body being read and handled.
 	bodies chan struct{}
+	// where is which deployment this is, read by Start.
+	where where
+}
+
+// where names the deployment a dashboard page is of.
+type where struct {
+	Database, Host, Namespace, Version string
 }
 
 // New validates cfg and builds the server without listening yet. Its
@@ -284,6 +295,10 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("adminhttp: listen on %s: %w", s.cfg.Addr, err)
 	}
+	cc := s.cfg.Pool.Config().ConnConfig
+	s.where = where{Database: cc.Database, Host: cc.Host, Version: s.cfg.Version}
+	// Best effort: a page without the namespace is still a page.
+	_ = s.cfg.Pool.QueryRow(ctx, `SELECT namespace FROM outbox_namespace`).Scan(&s.where.Namespace)
 	if s.riverUI != nil {
 		uiCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		if err := s.riverUI.Start(uiCtx); err != nil {

@@ -284,6 +284,7 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 		return nil, err
 	}
 	srv, err := adminhttp.New(adminhttp.Config{
+		Version:  "outboxd " + Version(),
 		Addr:     p.addr,
 		Token:    p.token,
 		Audit:    store,

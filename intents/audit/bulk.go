@@ -74,8 +74,10 @@ type BulkResult struct {
 	DryRun bool `json:"dry_run"`
 	// Matched counts the intents the filter selected.
 	Matched int `json:"matched"`
-	// Done counts the intents acted on (in a dry run, that would be).
-	Done    int `json:"done"`
+	// Done counts the intents acted on; none in a dry run.
+	Done int `json:"done"`
+	// Would counts, in a dry run, the intents the action would move.
+	Would   int `json:"would"`
 	Refused int `json:"refused"`
 	Errors  int `json:"errors"`
 	// Items are the intents, newest first.
@@ -185,8 +187,10 @@ func (s *Store) ActAll(ctx context.Context, f Filter, a BulkAction, dryRun bool,
 			}
 		}
 		switch item.Outcome {
-		case BulkDone, BulkWould:
+		case BulkDone:
 			res.Done++
+		case BulkWould:
+			res.Would++
 		case BulkRefused:
 			res.Refused++
 		default:

@@ -51,7 +51,7 @@ func TestActAllDryRunRealRunAndRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.DryRun || res.Matched != 7 || res.Done != 5 || res.Refused != 2 || res.Errors != 0 {
+	if !res.DryRun || res.Matched != 7 || res.Would != 5 || res.Done != 0 || res.Refused != 2 || res.Errors != 0 {
 		t.Errorf("dry run = %+v", res)
 	}
 	if after := snapshots(); fmt.Sprint(after) != fmt.Sprint(before) {

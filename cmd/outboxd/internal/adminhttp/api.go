@@ -30,6 +30,7 @@ var actions = map[string]struct {
 	kind audit.ActionKind
 }{
 	"retry":   {"Resend", audit.ActionResend},
+	"resend":  {"Resend", audit.ActionResend}, // the CLI's and the dashboard's other name for it
 	"cancel":  {"Cancel", audit.ActionCancel},
 	"resolve": {"Resolve", audit.ActionResolve},
 }

@@ -1,6 +1,8 @@
 package adminhttp
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -39,14 +41,14 @@ type bulkSeen struct {
 }
 
 type bulkFilter struct {
-	State     []string `json:"state"`
-	Kind      []string `json:"kind"`
-	Provider  []string `json:"provider"`
-	Consumer  string   `json:"consumer"`
-	MessageID string   `json:"message_id"`
-	Reference string   `json:"reference"`
-	Since     string   `json:"since"`
-	Until     string   `json:"until"`
+	State     stringList `json:"state"`
+	Kind      stringList `json:"kind"`
+	Provider  stringList `json:"provider"`
+	Consumer  string     `json:"consumer"`
+	MessageID string     `json:"message_id"`
+	Reference string     `json:"reference"`
+	Since     string     `json:"since"`
+	Until     string     `json:"until"`
 }
 
 // values is the filter as GET /api/v1/intents' query, for parseFilter.
@@ -109,5 +111,23 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("bulk %s stopped after %d of %d intents: %w", req.Action, len(res.Items), res.Matched, err)
 	}
 	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// stringList is a JSON list of strings, or one string for a list of one:
+// {"state": "in_doubt"} as {"state": ["in_doubt"]}.
+type stringList []string
+
+func (l *stringList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*l = stringList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return errors.New("want a string or a list of strings")
+	}
+	*l = many
 	return nil
 }

@@ -44,11 +44,22 @@ func TestAPIBulkDryRunRunAndRefusals(t *testing.T) {
 		t.Fatalf("dry run: %s", r)
 	}
 	r.json(t, &res)
-	if !res.DryRun || res.Matched != 3 || res.Done != 2 || res.Refused != 1 {
+	if !res.DryRun || res.Matched != 3 || res.Would != 2 || res.Done != 0 || res.Refused != 1 {
 		t.Errorf("dry run = %+v", res)
 	}
 	if after := b.dbState(t); after != before {
 		t.Fatalf("a dry run changed the database")
+	}
+	// As the docs write it: one kind as a plain string, and "resend", the
+	// CLI's and the dashboard's name for retry.
+	r = post(`{"filter": {"state": ["in_doubt", "pending"], "kind": "sendgrid.email"}, "action": "resend", "reason": "SendGrid outage", "dry_run": true}`)
+	var same audit.BulkResult
+	if r.status != http.StatusOK {
+		t.Fatalf("dry run with a plain-string kind and resend: %s", r)
+	}
+	r.json(t, &same)
+	if same.Matched != res.Matched || same.Would != res.Would {
+		t.Errorf("dry run with a plain-string kind = %+v, want as with a list: %+v", same, res)
 	}
 
 	r = post(strings.Replace(body, `"dry_run": true`, `"dry_run": false`, 1))

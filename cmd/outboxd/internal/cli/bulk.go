@@ -74,11 +74,11 @@ func runBulkAction(ctx context.Context, env Env, af *actionFlags, a audit.BulkAc
 		if err != nil {
 			return bulkError(err)
 		}
-		if preview.Done == 0 {
+		if preview.Would == 0 {
 			fmt.Fprintf(env.Stdout, "%d intents match; none can be changed: nothing to do\n", preview.Matched)
 			return nil
 		}
-		fmt.Fprintf(env.Stdout, "%s %d of the %d matching intents (as %s)? type yes to go on: ", verb, preview.Done, preview.Matched, termtext.Line(audit.ActorPrefix+strings.TrimPrefix(a.Actor, audit.ActorPrefix)))
+		fmt.Fprintf(env.Stdout, "%s %d of the %d matching intents (as %s)? type yes to go on: ", verb, preview.Would, preview.Matched, termtext.Line(audit.ActorPrefix+strings.TrimPrefix(a.Actor, audit.ActorPrefix)))
 		answer, _ := bufio.NewReader(env.Stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "yes" && a != "y" {
 			fmt.Fprintln(env.Stdout, "nothing was changed")
@@ -128,7 +128,7 @@ func printBulkItem(w io.Writer, it audit.BulkItem) {
 
 func printBulkSummary(w io.Writer, verb string, res audit.BulkResult) {
 	if res.DryRun {
-		fmt.Fprintf(w, "dry run, nothing changed: %d matched, %d would %s, %d would be refused\n", res.Matched, res.Done, verb, res.Refused)
+		fmt.Fprintf(w, "dry run, nothing changed: %d matched, %d would %s, %d would be refused\n", res.Matched, res.Would, verb, res.Refused)
 		return
 	}
 	fmt.Fprintf(w, "%s: %d matched, %d done, %d refused, %d errors\n", verb, res.Matched, res.Done, res.Refused, res.Errors)

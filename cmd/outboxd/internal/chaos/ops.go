@@ -292,7 +292,30 @@ func (o *operator) resolve(ctx context.Context, rnd *rand.Rand) error {
 	default:
 		return errNothingToDo // a duplicate: verify reports it; nobody should resolve it
 	}
-	return o.act(ctx, rnd, audit.Action{Kind: audit.ActionResolve, IntentID: id, As: as, Actor: operatorActor, Reason: reason, IfVersion: &seen})
+	a := audit.Action{Kind: audit.ActionResolve, IntentID: id, As: as, Actor: operatorActor, Reason: reason, IfVersion: &seen}
+	if as == intenttype.StateSucceeded && kind == stripeprovider.KindPaymentIntent {
+		// As the docs ask of an operator: with the PaymentIntent found, so
+		// that a refund or capture that fills from it is released.
+		if a.ProviderRef, err = o.paymentIntentOf(ctx, id); err != nil {
+			return err
+		}
+	}
+	return o.act(ctx, rnd, a)
+}
+
+// paymentIntentOf is the id of this deployment's PaymentIntent for intent
+// id at the double.
+func (o *operator) paymentIntentOf(ctx context.Context, id int64) (string, error) {
+	objs, err := stripeObjects(ctx, o.addrs)
+	if err != nil {
+		return "", err
+	}
+	for _, obj := range objs {
+		if !obj.foreign() && obj.Metadata[stripeprovider.IntentIDMetadataKey] == strconv.FormatInt(id, 10) {
+			return obj.ID, nil
+		}
+	}
+	return "", errNothingToDo
 }
 
 // effectsAt counts the effects the double performed for this deployment's

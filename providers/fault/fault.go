@@ -218,3 +218,22 @@ func DropConnection(w http.ResponseWriter) {
 	}
 	_ = conn.Close()
 }
+
+// ApplyToRead applies the part of f every double's reads share, and reports
+// whether the request is answered: None is not; a Delay is waited out (or
+// until the client gives up) and is not; a LoseResponse drops the
+// connection and is. The caller answers the other kinds as its provider
+// words them.
+func ApplyToRead(w http.ResponseWriter, r *http.Request, f Fault) (answered bool) {
+	switch f.Kind {
+	case Delay:
+		select {
+		case <-time.After(f.Delay):
+		case <-r.Context().Done():
+		}
+	case LoseResponse:
+		DropConnection(w)
+		return true
+	}
+	return false
+}

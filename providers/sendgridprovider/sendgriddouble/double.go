@@ -362,18 +362,10 @@ const (
 // reports whether it answered the request.
 func (s *Server) lookupFault(w http.ResponseWriter, r *http.Request) bool {
 	f := s.cfg.LookupFaults.Next()
+	if f.Kind == fault.None || f.Kind == fault.Delay || f.Kind == fault.LoseResponse {
+		return fault.ApplyToRead(w, r, f)
+	}
 	switch f.Kind {
-	case fault.None:
-		return false
-	case fault.Delay:
-		select {
-		case <-time.After(f.Delay):
-		case <-r.Context().Done():
-		}
-		return false
-	case fault.LoseResponse:
-		fault.DropConnection(w)
-		return true
 	case fault.RateLimit:
 		w.Header()["X-RateLimit-Reset"] = []string{strconv.FormatInt(unixCeil(s.cfg.Now().Add(f.RetryAfterOrDefault())), 10)}
 		writeErrors(w, http.StatusTooManyRequests, apiError{Message: msgTooManyRequests})

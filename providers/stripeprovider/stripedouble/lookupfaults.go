@@ -21,18 +21,10 @@ func (s *Server) LookupFaults() *fault.Injector { return s.lookupFaults }
 // it answered the request.
 func (s *Server) lookupFault(w http.ResponseWriter, r *http.Request, reqID string) bool {
 	f := s.lookupFaults.Next()
+	if f.Kind == fault.None || f.Kind == fault.Delay || f.Kind == fault.LoseResponse {
+		return fault.ApplyToRead(w, r, f)
+	}
 	switch f.Kind {
-	case fault.None:
-		return false
-	case fault.Delay:
-		select {
-		case <-time.After(f.Delay):
-		case <-r.Context().Done():
-		}
-		return false
-	case fault.LoseResponse:
-		fault.DropConnection(w)
-		return true
 	case fault.RateLimit:
 		if f.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int((f.RetryAfter+time.Second-1)/time.Second)))

@@ -44,8 +44,9 @@ const (
 	BadReference Kind = "bad_reference"
 )
 
-// BadReferenceValue is what a BadReference fault answers as the reference.
-var BadReferenceValue = "msg-\xff\xfe-" + strings.Repeat("r", 5000)
+// BadReferenceValue returns what a BadReference fault answers as the
+// reference: not UTF-8, and 5 kB.
+func BadReferenceValue() string { return "msg-\xff\xfe-" + strings.Repeat("r", 5000) }
 
 // Kinds lists every fault kind, in a fixed order, for reports.
 var Kinds = []Kind{Delay, ErrorBefore, ErrorAfter, LoseResponse, RateLimit, BadReference}

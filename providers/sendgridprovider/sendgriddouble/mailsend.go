@@ -159,7 +159,7 @@ func (s *Server) handleMailSend(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if f.Kind == fault.BadReference {
-		w.Header()["X-Message-Id"] = []string{fault.BadReferenceValue}
+		w.Header()["X-Message-Id"] = []string{fault.BadReferenceValue()}
 	} else {
 		w.Header().Set("X-Message-Id", email.MessageID)
 	}

@@ -265,12 +265,21 @@ func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent, ear
 		external = slices.DeleteFunc(external, earlier)
 	}
 	if len(external) > 0 {
-		known, err := intentstore.KnownKeys(ctx, tx, external)
+		// Locked until the transaction ends: the state each is found in
+		// decides the new intents' own (intentstore.Predecessor).
+		stored, err := intentstore.LockPredecessors(ctx, tx, external)
 		if err != nil {
 			return fmt.Errorf("intents: %w", err)
 		}
 		for _, key := range external {
-			if known[key] {
+			if pred, ok := stored[key]; ok {
+				for _, i := range externalOf[key] {
+					for j := range prepared[i].order.After {
+						if prepared[i].order.After[j].Key == key {
+							prepared[i].order.After[j].Stored = &pred
+						}
+					}
+				}
 				continue
 			}
 			p := prepared[externalOf[key][0]]

@@ -7,7 +7,7 @@ import (
 )
 
 // The audit's SQL, in one place. Tables are created by
-// migrations/001 to 010. Every write is internal/intentstore's.
+// migrations/001 to 011. Every write is internal/intentstore's.
 
 // intentColumns is what every query returning intents selects, in the order
 // scanIntent reads.

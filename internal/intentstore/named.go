@@ -66,10 +66,13 @@ var (
 	claimQ         = mustNamed(claimSQL)
 	settleQ        = mustNamed(settleSQL)
 	settledQ       = mustNamed(settledSQL)
-	orderSettledQ  = mustNamed(orderSettledSQL)
 	countFinishedQ = mustNamed(countFinishedSQL)
 
-	releaseRecordedCancelledQ = mustNamed(releaseRecordedCancelledSQL)
+	bumpOrderingKeysQ = mustNamed(bumpOrderingKeysSQL)
+	insertOrderedQ    = mustNamed(insertOrderedSQL)
+	cascadeQ          = mustNamed(cascadeSQL)
+	lockReleasedKeysQ = mustNamed(lockReleasedKeysSQL)
+	releaseQ          = mustNamed(releaseSQL)
 )
 
 // args orders a's values as q's parameters; a name a lacks is NULL, as with

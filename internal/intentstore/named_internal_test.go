@@ -18,7 +18,8 @@ func TestNamedSQLRewritesAsPgxDoes(t *testing.T) {
 		`SELECT @id, @ids, @id, '@not_a_name', @to -- @nor_this
 		WHERE x @> y AND @job_kind = @notice`,
 		settleSQL, settledSQL, loadClaimSQL, claimSQL, countFinishedSQL, insertIntentSQL, insertIntentsSQL,
-		insertMarkerSQL, insertMarkersSQL, notifySQL, enqueueSQL, orderSettledSQL,
+		insertMarkerSQL, insertMarkersSQL, notifySQL, enqueueSQL, bumpOrderingKeysSQL, insertOrderedSQL,
+		cascadeSQL, lockReleasedKeysSQL, releaseSQL,
 	} {
 		want, wantArgs, err := args.RewriteQuery(context.Background(), nil, sql, nil)
 		if err != nil {

@@ -161,13 +161,16 @@ func (s *Store) actTx(ctx context.Context, a OperatorAction, allowed []intenttyp
 		if a.Kind == intenttype.ActionResend {
 			return s.EnqueueTx(ctx, tx, []int64{a.IntentID})
 		}
-		if err := s.orderSettledTx(ctx, tx, a.IntentID); err != nil {
-			return err
+		b := &pgx.Batch{}
+		if to.Terminal() {
+			s.queueRelease(b, []int64{a.IntentID})
 		}
 		// After the release: it counts what the release cancelled too.
-		b := &pgx.Batch{}
 		queueCountFinished(b, to, a.IntentID)
-		return tx.SendBatch(ctx, b).Close()
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("intentstore: release the intents after %d: %w", a.IntentID, err)
+		}
+		return nil
 	})
 }
 

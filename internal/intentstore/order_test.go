@@ -6,11 +6,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/internal/testkit"
 )
 
 // Waiting intents have no job and are not stranded; a settlement decides
@@ -261,5 +263,87 @@ func TestOrderedIntentsGetOneEventAndAJobOnlyWhenTheyGo(t *testing.T) {
 		if got != want[key] || events != 1 {
 			t.Errorf("%s: %q with %d events, want %q with one", key, got, events, want[key])
 		}
+	}
+}
+
+// A settlement that finishes the intent a recorder is ordering a new one
+// behind, while the recorder's transaction is open, waits for it (on the
+// ordering key's row, or on the predecessor's row the recorder share-locked)
+// and then releases the new intent: the recorder saw the predecessor
+// unfinished and made it wait, so the settlement must see it, or it would
+// wait forever.
+func TestAReleaseSeesWhatWasRecordedBehindItWhileItSettled(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		order func(first string) *intentstore.Order
+	}{
+		{"ordering key", func(string) *intentstore.Order { return &intentstore.Order{OrderingKey: "K"} }},
+		{"after", func(first string) *intentstore.Order {
+			return &intentstore.Order{After: []intentstore.OrderAfter{{Key: first}}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool, store := newStore(t)
+			var first intentstore.InsertBatch
+			first.Add(intentstore.NewIntent{Key: "first", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
+				Order: &intentstore.Order{OrderingKey: "K"}})
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &first) }); err != nil {
+				t.Fatal(err)
+			}
+			row, err := store.Load(ctx, first.IDs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			recorder, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer recorder.Rollback(ctx)
+			var next intentstore.InsertBatch
+			next.Add(intentstore.NewIntent{Key: "next", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
+				Order: tc.order("first")})
+			if err := store.InsertTx(ctx, recorder, &next); err != nil {
+				t.Fatal(err)
+			}
+
+			settled := make(chan error, 1)
+			go func() {
+				_, err := store.Settle(ctx, intentstore.Settlement{Row: row, From: intenttype.StatePending, To: intenttype.StateSucceeded, Reason: "test"})
+				settled <- err
+			}()
+			var settleErr error
+			ended := false
+			testkit.Eventually(t, 10*time.Second, "the settlement to wait for the recorder, or to end", func() bool {
+				select {
+				case settleErr = <-settled:
+					ended = true
+					return true
+				default:
+				}
+				return testkit.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+			})
+			if err := recorder.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !ended {
+				settleErr = <-settled
+			}
+			if settleErr != nil {
+				t.Fatal(settleErr)
+			}
+			var state string
+			var jobs int
+			if err := pool.QueryRow(ctx, `SELECT state, (SELECT count(*) FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id))
+				FROM outbox_intents i WHERE id = $1`, next.IDs[0]).Scan(&state, &jobs); err != nil {
+				t.Fatal(err)
+			}
+			if state != "pending" || jobs != 1 {
+				t.Fatalf("the intent recorded behind the settling one is %s with %d jobs, want pending with its job (settlement waited: %v)", state, jobs, !ended)
+			}
+		})
 	}
 }

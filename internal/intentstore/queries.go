@@ -2,7 +2,7 @@ package intentstore
 
 // The statements on the outbox's tables that change them, and on the River
 // rows they touch, but those of ordering, which are beside the Go that
-// queues them (order.go). Tables are created by migrations/001 to 010.
+// queues them (order.go). Tables are created by migrations/001 to 011.
 // Parameters are named (pgx.NamedArgs); the statements run for every intent
 // are rewritten into positional form once (named.go).
 
@@ -56,9 +56,9 @@ WITH input AS (
     SELECT *
     FROM unnest(@keys::text[], @kinds::text[], @providers::text[], @names::text[], @payloads::jsonb[],
                 @references::text[], @consumers::text[], @message_ids::text[], @actors::text[],
-                @trace_parents::text[], @trace_states::text[], @ordered::boolean[])
+                @trace_parents::text[], @trace_states::text[])
         AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, actor,
-             trace_parent, trace_state, ordered)
+             trace_parent, trace_state)
 ),
 stored AS (
     INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
@@ -68,12 +68,9 @@ stored AS (
     RETURNING id, idempotency_key
 ),
 inserted AS (
-    -- The ordered intents get their event and job from
-    -- outbox_order_record (recordOrderSQL), once it has decided them.
     SELECT stored.id, input.actor
     FROM stored
     JOIN input USING (idempotency_key)
-    WHERE NOT input.ordered
 ),
 events AS (
     INSERT INTO outbox_events (intent_id, actor, to_state, reason)
@@ -93,7 +90,7 @@ WITH stored AS (
     RETURNING id
 ),
 inserted AS (
-    SELECT id FROM stored WHERE NOT @ordered::boolean
+    SELECT id FROM stored
 ),
 events AS (
     INSERT INTO outbox_events (intent_id, actor, to_state, reason)
@@ -448,8 +445,8 @@ const finishedSQL = `('succeeded', 'failed', 'cancelled')`
 // countFinishedSQL adds the intents of @ids that this transaction moved to
 // a terminal state to the finished counts, one aggregated write per (kind,
 // state), together with the intents cancelled with them because they came
-// after one of them (migration 006: the release cancels them in the same
-// transaction, and so on down the dependencies). A row whose newest version
+// after one of them (queueRelease cancels them in the same transaction,
+// and so on down the dependencies). A row whose newest version
 // this transaction wrote (xmin) and that is finished now was finished by
 // this transaction: a terminal state is never left, and no statement of
 // this package writes an intent that is already terminal. So a settlement
@@ -483,7 +480,7 @@ ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`
 // countRecordedFinishedSQL adds to the finished counts the intents of
 // @keys this transaction recorded already finished: cancelled at once
 // because an intent they come after had failed or been cancelled
-// (outbox_order_record).
+// (recordPlan).
 const countRecordedFinishedSQL = `
 INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
 SELECT kind, state, ` + countSlot + `, count(*)

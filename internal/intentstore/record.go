@@ -42,8 +42,8 @@ type InsertBatch struct {
 	keys, kinds, providers, names, payloads, actors []string
 	refs, consumers, messageIDs                     []*string
 	traceParents, traceStates                       []*string
-	order                                           orderBatch
-	ordered                                         []bool // its event and job are outbox_order_record's to write
+	orders                                          []*Order // nil: not ordered
+	anyOrdered                                      bool
 	IDs                                             []int64
 }
 
@@ -74,7 +74,12 @@ func (ib *InsertBatch) Add(in NewIntent) {
 	ib.messageIDs = append(ib.messageIDs, nullString(in.MessageID))
 	ib.traceParents = append(ib.traceParents, nullString(in.TraceParent))
 	ib.traceStates = append(ib.traceStates, nullString(in.TraceState))
-	ib.ordered = append(ib.ordered, ib.order.add(in.Key, in.Actor, in.Order))
+	o := in.Order
+	if o != nil && len(o.After) == 0 && o.OrderingKey == "" {
+		o = nil
+	}
+	ib.orders = append(ib.orders, o)
+	ib.anyOrdered = ib.anyOrdered || o != nil
 }
 
 // InsertMarker inserts a processed marker in tx and reports whether it is
@@ -127,8 +132,15 @@ func QueueInsertMarkers(b *pgx.Batch, consumers, messageIDs []string, inserted f
 // "recorded" events and their dispatch jobs, and a notification to wake
 // dispatchers when one is due. Sent with the transaction's COMMIT in one
 // batch, the whole write costs one round trip; nothing is dispatched before
-// that commit, and nothing remains if the transaction rolls back.
+// that commit, and nothing remains if the transaction rolls back. The
+// predecessors of ib's ordered intents that are not in ib must have been
+// read with LockPredecessors in the same transaction (OrderAfter.Stored).
 func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
+	if ib.anyOrdered {
+		s.queueInsertOrdered(b, ib)
+		s.queueNotify(b)
+		return
+	}
 	collect := func(rows pgx.Rows) error {
 		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err == nil && len(ids) != ib.Len() {
@@ -142,17 +154,21 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
 			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
 			"message_id": ib.messageIDs[0], "actor": ib.actors[0],
-			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0], "ordered": ib.ordered[0],
+			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0],
 		})).Query(collect)
 	} else {
 		insertIntentsQ.queue(b, s.jobArgs(pgx.NamedArgs{
 			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
 			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
 			"message_ids": ib.messageIDs, "actors": ib.actors,
-			"trace_parents": ib.traceParents, "trace_states": ib.traceStates, "ordered": ib.ordered,
+			"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
 		})).Query(ib.collectIDs)
 	}
-	s.queueRecordOrder(b, ib)
+	s.queueNotify(b)
+}
+
+// queueNotify adds the notification that wakes dispatchers, when one is due.
+func (s *Store) queueNotify(b *pgx.Batch) {
 	if s.notify.due() {
 		notifyQ.queue(b, pgx.NamedArgs{"notice": s.job.notice})
 	}
@@ -194,8 +210,12 @@ func (ib *InsertBatch) collectIDs(rows pgx.Rows) error {
 }
 
 // InsertTx stores ib's intents with their events and dispatch jobs in tx,
-// in one round trip. A key already stored is a *intenttype.DuplicateKeyError.
+// in one round trip (two when it must lock predecessors the caller did not
+// read). A key already stored is a *intenttype.DuplicateKeyError.
 func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, ib *InsertBatch) error {
+	if err := ib.lockUnread(ctx, tx); err != nil {
+		return err
+	}
 	b := &pgx.Batch{}
 	s.QueueInsert(b, ib)
 	return MapInsertError(tx.SendBatch(ctx, b).Close())

@@ -110,14 +110,20 @@ func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settl
 				b := &pgx.Batch{}
 				results := make([]*settleResult, len(sorted))
 				ids := make([]int64, 0, len(sorted))
-				finishes := false
+				var finishing []int64
 				for i, cl := range sorted {
 					results[i] = s.queueSettlement(b, cl.req)
 					ids = append(ids, cl.req.Row.ID)
-					finishes = finishes || cl.req.To.Terminal()
+					if cl.req.To.Terminal() {
+						finishing = append(finishing, cl.req.Row.ID)
+					}
 				}
-				if finishes {
-					// One aggregated count for the group, after every release.
+				if len(finishing) > 0 {
+					// After every state is final (a guarded update, or the
+					// adoption of a late success): what waits for the
+					// intents is released or cancelled, for the whole group
+					// at once; then one aggregated count, after the release.
+					s.queueRelease(b, finishing)
 					queueCount(b, ids)
 				}
 				if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -139,6 +145,9 @@ func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error)
 	err := s.retryTransient(ctx, func(ctx context.Context) error {
 		b := &pgx.Batch{}
 		res := s.queueSettlement(b, st)
+		if st.To.Terminal() {
+			s.queueRelease(b, []int64{st.Row.ID})
+		}
 		queueCountFinished(b, st.To, st.Row.ID)
 		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 			return err
@@ -167,7 +176,9 @@ func (r *settleResult) settled() Settled {
 // sent as one transaction (possibly with other settlements: nothing here
 // may depend on being alone in it), and returns where their results will
 // be. Every statement a settlement makes belongs here, between its guarded
-// update and the read of its resulting state.
+// update and the read of its resulting state, but the release of what
+// waits for the intents it finishes, queued once for all the settlements
+// of the transaction, after them (queueRelease).
 func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 	id := st.Row.ID
 	res := &settleResult{}
@@ -212,9 +223,6 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		}
 		return err
 	})
-	// After the state is final (the guarded update, or the adoption of a
-	// late success): what waits for the intent is released or cancelled.
-	s.queueOrderSettled(b, st)
 	return res
 }
 

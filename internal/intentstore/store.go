@@ -1,15 +1,12 @@
 // Package intentstore owns the intent's rows and its state machine: every
 // statement that changes the outbox's tables (processed markers, intents,
 // attempts, events) or the River rows they touch is here, and every change
-// of an intent's state goes through it. The dispatcher's and the
-// operators' moves are checked against intenttype.Transitions in Go; the
-// ordering moves (waiting to pending or cancelled) are made by the plpgsql
-// functions of migrations 006 and 008, which only this package calls and
-// which CanTransition does not see (their move into Go is open, see
-// docs/DESIGN.md). Recording (package intents), dispatching (package
-// dispatcher) and operating (package audit) call it; none of them writes
-// those tables itself. It plays the part River's riverdriver plays for
-// river_job.
+// of an intent's state goes through it, decided in Go: the dispatcher's,
+// the operators' and ordering's moves (waiting to pending or cancelled,
+// order.go) are checked against intenttype.Transitions. Recording
+// (package intents), dispatching (package dispatcher) and operating
+// (package audit) call it; none of them writes those tables itself. It
+// plays the part River's riverdriver plays for river_job.
 //
 // The guards it keeps (DESIGN.md, "Invariants at the edges"):
 //

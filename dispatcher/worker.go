@@ -37,8 +37,8 @@ const claimLostSnooze = time.Second
 // acted, and when its key was first used.
 //
 // The common case, a pending intent nothing has yet made doubtful, is
-// claimed in the statement that loads it (intentstore.ClaimRules say when:
-// exactly when the decision below would attempt it at once).
+// claimed in the statement that loads it: intentstore.ClaimRules.
+// AttemptsAtOnce says when, and holds only where nextMove would attempt.
 func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 	now := d.claimTime()
 	loaded, err := d.store.LoadClaim(ctx, intentID, d.rules, now)
@@ -66,22 +66,15 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 	}
 	caps := p.Capabilities()
 	st := step{d: d, jobID: jobID, row: row, p: p}
-
-	limit := d.config.maxAttemptsFor(row.Kind)
-	if row.State == intenttype.StateDispatching {
-		// An attempt holds the intent and never settled: its dispatcher
-		// stopped during the call, or the settlement was lost. The provider
-		// may have acted. A take-over is an attempt like any other: it
-		// spends the budget, and none is made past it (DESIGN.md,
-		// invariant 14), or a settlement that always fails would call the
-		// provider on every job run.
-		inWindow := caps.IdempotencyKeys && d.withinKeyWindow(caps, row.KeyFirstUsedAt, now)
-		if inWindow && row.AttemptsUsed() < limit {
-			return st.attempt(ctx) // the same key: the provider answers a repeat with the first result
-		}
+	switch d.nextMove(row, caps, now) {
+	case moveAttempt:
+		return st.attempt(ctx)
+	case moveTakeOverAmbiguous:
+		// An attempt holds the intent and never settled, and may not be
+		// repeated: outside the key window, or past the budget.
 		why := fmt.Sprintf("attempt %d has no outcome: its dispatcher stopped during the call, or its outcome was lost", row.ClaimedAttempt)
 		switch {
-		case inWindow:
+		case caps.IdempotencyKeys && d.withinKeyWindow(caps, row.KeyFirstUsedAt, now):
 			why += fmt.Sprintf(", and its %d attempts are used", row.AttemptsUsed())
 		case caps.IdempotencyKeys:
 			why += fmt.Sprintf(", and the provider's key window (%s) has passed since the key was first used", caps.KeyWindow)
@@ -89,26 +82,72 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 		return st.settle(ctx, st.ambiguous(ctx, intenttype.StateDispatching, row.ClaimedAttempt, &intentstore.AttemptOutcome{
 			Finished: now, Outcome: string(providers.OutcomeAmbiguous), Error: intentstore.TakeOverPrefix + " " + why,
 		}, why, false))
-	}
-
-	if row.AttemptsUsed() >= limit {
-		if row.MayHaveActed {
-			return st.settle(ctx, st.ambiguous(ctx, intenttype.StatePending, 0, nil,
-				fmt.Sprintf("%d attempts used, and an earlier one may have reached the provider", row.AttemptsUsed()), false))
-		}
+	case moveExhaustedInDoubt:
+		return st.settle(ctx, st.ambiguous(ctx, intenttype.StatePending, 0, nil,
+			fmt.Sprintf("%d attempts used, and an earlier one may have reached the provider", row.AttemptsUsed()), false))
+	case moveExhaustedFailed:
 		return st.settle(ctx, decision{Settlement: intentstore.Settlement{
 			Row: row, From: intenttype.StatePending, To: intenttype.StateFailed,
 			LastError: fmt.Sprintf("gave up after %d attempts", row.AttemptsUsed()), Reason: "attempts exhausted", JobID: jobID,
 		}})
-	}
-	if caps.IdempotencyKeys && row.MayHaveActed && !d.withinKeyWindow(caps, row.KeyFirstUsedAt, now) {
-		// The provider may have forgotten the key: a repeat could act a
-		// second time (DESIGN.md, invariant 8).
+	default: // moveWindowPassed
 		return st.settle(ctx, st.ambiguous(ctx, intenttype.StatePending, 0, nil,
 			fmt.Sprintf("the provider's key window (%s) has passed since the key was first used %s ago, after an attempt that may have reached it",
 				caps.KeyWindow, now.Sub(row.KeyFirstUsedAt).Round(time.Second)), true))
 	}
-	return st.attempt(ctx)
+}
+
+// move is what a worker does with a pending or dispatching intent it
+// loaded and did not claim.
+type move int
+
+const (
+	// moveAttempt: claim it and call the provider (pending, or a take-over
+	// of an attempt that never settled, under the same key, inside the key
+	// window and the budget).
+	moveAttempt move = iota
+	// moveTakeOverAmbiguous: an attempt that never settled, which may not
+	// be repeated: closed ambiguous, and the intent reconciled.
+	moveTakeOverAmbiguous
+	// moveExhaustedInDoubt: the budget is used and an attempt may have
+	// acted: reconciled, never failed.
+	moveExhaustedInDoubt
+	// moveExhaustedFailed: the budget is used and no attempt may have
+	// acted.
+	moveExhaustedFailed
+	// moveWindowPassed: an attempt may have acted and the provider may
+	// have forgotten its key: a repeat could act a second time (DESIGN.md,
+	// invariant 8), so it is reconciled instead.
+	moveWindowPassed
+)
+
+// nextMove decides, from the intent's row alone, what to do with a pending
+// or dispatching intent. intentstore.ClaimRules.AttemptsAtOnce holds only
+// for rows this answers moveAttempt for (TestAttemptsAtOnceIsAnAttempt):
+// those are claimed in the statement that loads them.
+func (d *Dispatcher) nextMove(row intentstore.Row, caps providers.Capabilities, now time.Time) move {
+	limit := d.config.maxAttemptsFor(row.Kind)
+	if row.State == intenttype.StateDispatching {
+		// Its dispatcher stopped during the call, or the settlement was
+		// lost: the provider may have acted. A take-over is an attempt
+		// like any other: it spends the budget, and none is made past it
+		// (DESIGN.md, invariant 14), or a settlement that always fails
+		// would call the provider on every job run.
+		inWindow := caps.IdempotencyKeys && d.withinKeyWindow(caps, row.KeyFirstUsedAt, now)
+		if inWindow && row.AttemptsUsed() < limit {
+			return moveAttempt // the same key: the provider answers a repeat with the first result
+		}
+		return moveTakeOverAmbiguous
+	}
+	switch {
+	case row.AttemptsUsed() >= limit && row.MayHaveActed:
+		return moveExhaustedInDoubt
+	case row.AttemptsUsed() >= limit:
+		return moveExhaustedFailed
+	case caps.IdempotencyKeys && row.MayHaveActed && !d.withinKeyWindow(caps, row.KeyFirstUsedAt, now):
+		return moveWindowPassed
+	}
+	return moveAttempt
 }
 
 // withinKeyWindow reports whether a key first used at firstUsed (zero: not

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -33,6 +34,28 @@ type ClaimRules struct {
 
 	once   sync.Once
 	params ruleArgs
+}
+
+// AttemptsAtOnce is the rule in Go: whether LoadClaim claims row, as
+// loaded, under these rules. loadClaimSQL states the same conditions over
+// the row as the statement finds it (TestLoadClaimAgreesWithAttemptsAtOnce
+// checks that the two agree on any row), and the dispatcher attempts, at
+// once, every intent this holds for (TestAttemptsAtOnceIsAnAttempt).
+func (r *ClaimRules) AttemptsAtOnce(row Row) bool {
+	limit, served := r.MaxKeyLength[row.Provider]
+	if !served {
+		return false
+	}
+	if limit <= 0 || limit > intenttype.MaxKeyLength {
+		limit = intenttype.MaxKeyLength
+	}
+	budget := r.MaxAttempts
+	if b, ok := r.MaxAttemptsByKind[row.Kind]; ok {
+		budget = b
+	}
+	derivedWhole := len(r.Namespace+"."+strconv.Itoa(row.KeyGeneration)+"/"+row.Key) <= limit
+	return row.State == intenttype.StatePending && !row.MayHaveActed && row.AttemptsUsed() < budget &&
+		(row.ProviderKey != "" || derivedWhole)
 }
 
 // ruleArgs are a ClaimRules as loadClaimSQL's parameters.

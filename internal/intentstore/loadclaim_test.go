@@ -3,12 +3,14 @@ package intentstore_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"pgregory.net/rapid"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
@@ -128,4 +130,75 @@ func TestLoadClaimClaimsOnce(t *testing.T) {
 	if r := load(id); r.AttemptCount != 1 || !strings.HasPrefix(r.ProviderKey, "ns.0/") {
 		t.Fatalf("row = %+v, want one attempt", r)
 	}
+}
+
+// The statement's rule and ClaimRules.AttemptsAtOnce agree on any row:
+// LoadClaim claims an intent exactly when the Go rule says it would, over
+// every condition the rule names (state, may have acted, the budget and its
+// kind's bound, the provider served here, a key fixed or derived whole
+// within the provider's limit).
+func TestLoadClaimAgreesWithAttemptsAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := newStore(t)
+	n := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		provider := rapid.SampledFrom([]string{"sendgrid", "stripe"}).Draw(rt, "provider")
+		rules := &intentstore.ClaimRules{
+			Namespace:   rapid.SampledFrom([]string{"ns", "namespace0123"}).Draw(rt, "namespace"),
+			MaxAttempts: rapid.IntRange(0, 4).Draw(rt, "max_attempts"),
+			MaxKeyLength: map[string]int{
+				"sendgrid": rapid.SampledFrom([]int{0, 20, 30}).Draw(rt, "sendgrid_limit"),
+				"other":    255,
+			},
+		}
+		if rapid.Bool().Draw(rt, "stripe_served") {
+			rules.MaxKeyLength["stripe"] = rapid.SampledFrom([]int{0, 25, 300}).Draw(rt, "stripe_limit")
+		}
+		if rapid.Bool().Draw(rt, "kind_bound") {
+			rules.MaxAttemptsByKind = map[string]int{provider + ".x": rapid.IntRange(0, 4).Draw(rt, "kind_max_attempts")}
+		}
+		// The derived key's length is drawn around the provider's limit.
+		generation := rapid.IntRange(0, 12).Draw(rt, "generation")
+		key := "k" + strconv.Itoa(n) + ":"
+		if limit := rules.MaxKeyLength[provider]; limit > 0 && limit < 255 {
+			derived := len(rules.Namespace) + len(strconv.Itoa(generation)) + 2 + len(key)
+			key += strings.Repeat("x", max(0, limit-derived+rapid.IntRange(-1, 1).Draw(rt, "past_limit")))
+		}
+		var ib intentstore.InsertBatch
+		ib.Add(intentstore.NewIntent{Key: key, Kind: provider + ".x", Provider: provider, Payload: []byte(`{}`), Actor: "test"})
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &ib) }); err != nil {
+			rt.Fatal(err)
+		}
+		state := rapid.SampledFrom([]intenttype.State{intenttype.StatePending, intenttype.StatePending, intenttype.StateDispatching,
+			intenttype.StateInDoubt, intenttype.StateWaiting, intenttype.StateFailed}).Draw(rt, "state")
+		attempts := rapid.IntRange(0, 4).Draw(rt, "attempts")
+		budgetFrom := rapid.IntRange(0, attempts).Draw(rt, "budget_from")
+		var providerKey *string
+		if rapid.Bool().Draw(rt, "key_fixed") {
+			k := "fixed/" + key
+			providerKey = &k
+		}
+		if _, err := pool.Exec(ctx, `
+			UPDATE outbox_intents
+			SET state = $2::text, attempt_count = $3::integer, budget_from = $4, may_have_acted = $5, provider_key = $6,
+				key_generation = $7, claimed_attempt = CASE WHEN $2::text = 'dispatching' THEN $3::integer END,
+				finished_at = CASE WHEN $2::text = 'failed' THEN now() END
+			WHERE id = $1`, ib.IDs[0], state, attempts, budgetFrom, rapid.Bool().Draw(rt, "may_have_acted"), providerKey,
+			generation); err != nil {
+			rt.Fatal(err)
+		}
+		before, err := store.Load(ctx, ib.IDs[0])
+		if err != nil {
+			rt.Fatal(err)
+		}
+		got, err := store.LoadClaim(ctx, ib.IDs[0], rules, time.Now())
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if want := rules.AttemptsAtOnce(before); (got.Claim != nil) != want {
+			rt.Fatalf("LoadClaim claimed: %v; AttemptsAtOnce: %v; row %+v, rules %+v", got.Claim != nil, want, before, rules)
+		}
+	})
 }

@@ -129,6 +129,9 @@ type Sizes struct {
 	// RetainedIntents is how many finished intents (and processed
 	// markers) the retained scenario keeps in its full database.
 	RetainedIntents int
+	// WorkMessages is how many messages each system handles in the work
+	// scenario (Postgres's work per message).
+	WorkMessages int
 }
 
 // FullSizes is what `make bench` runs: about ten minutes on two cores.
@@ -151,6 +154,7 @@ func FullSizes() Sizes {
 		E2EMinMessages:      300,
 		FsyncTool:           true,
 		RetainedIntents:     1_000_000,
+		WorkMessages:        4000,
 	}
 }
 
@@ -175,6 +179,7 @@ func QuickSizes() Sizes {
 		CommitLimitDuration: 2 * time.Second,
 		E2EMinMessages:      150,
 		RetainedIntents:     1_000_000,
+		WorkMessages:        1000,
 	}
 }
 
@@ -198,6 +203,7 @@ func SmokeSizes() Sizes {
 		CommitLimitDuration: time.Second,
 		E2EMinMessages:      20,
 		RetainedIntents:     2000,
+		WorkMessages:        40,
 	}
 }
 
@@ -227,7 +233,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "e2e", "dispatch", "ordered", "latency", "slow", "memory", "retained", "scaleout"}
+	return []string{"consume", "batch", "e2e", "work", "dispatch", "ordered", "latency", "slow", "memory", "retained", "scaleout"}
 }
 
 // Row is one line of the table.
@@ -339,6 +345,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"consume", r.consumeRows},
 		{"batch", r.batchRows},
 		{"e2e", r.e2eRows},
+		{"work", r.workRows},
 		{"dispatch", r.dispatchRows},
 		{"ordered", r.orderedRows},
 		{"latency", r.latencyRows},
@@ -367,6 +374,7 @@ func (s Sizes) validate() error {
 		"DispatchIntents": s.DispatchIntents, "Workers": s.Workers, "LatencyRate": s.LatencyRate,
 		"SlowIntents": s.SlowIntents, "SlowWorkers": s.SlowWorkers, "MemoryIntents": s.MemoryIntents,
 		"E2EStep (ms)": int(s.E2EStep.Milliseconds()), "RetainedIntents": s.RetainedIntents, "E2EMinMessages": s.E2EMinMessages, "CommitLimitDuration (ms)": int(s.CommitLimitDuration.Milliseconds()),
+		"WorkMessages": s.WorkMessages,
 	} {
 		if v < 1 {
 			return fmt.Errorf("bench: Sizes.%s must be positive, got %d", name, v)

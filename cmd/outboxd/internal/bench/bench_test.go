@@ -159,3 +159,28 @@ func TestSmokeRetainedMeasuresEveryRow(t *testing.T) {
 		}
 	}
 }
+
+// The work scenario counts, for this module, what every message writes: an
+// intent row at least, the processed marker and the claim's attempt, and a
+// row per table in its note; heap tuples and index entries never zero.
+func TestWorkCountsWhatEachMessageWrites(t *testing.T) {
+	t.Parallel()
+	report, _ := smokeRun(t, bench.Config{Only: []string{"work"}, Peers: []string{"river"}})
+	if len(report.Rows) != 4 {
+		t.Fatalf("%d rows, want 4 (heap, index, WAL, CPU)", len(report.Rows))
+	}
+	for _, row := range report.Rows[:3] {
+		if row.Figure <= 0 || row.BaselineFigure <= 0 {
+			t.Errorf("row %q: figure %v, baseline %v; want both measured", row.Measure, row.Figure, row.BaselineFigure)
+		}
+	}
+	// Per message: the marker, the intent, its attempt, and the rest.
+	if heap := report.Rows[0].Figure; heap < 3 {
+		t.Errorf("%.2f heap tuples a message, want at least the marker, the intent and the attempt", heap)
+	}
+	for _, want := range []string{"outbox_intents 1.00 ins", "outbox_processed_messages 1.00 ins", "outbox_attempts 1.00 ins", "River", "left out: "} {
+		if !strings.Contains(report.Rows[0].Note, want) {
+			t.Errorf("note lacks %q:\n%s", want, report.Rows[0].Note)
+		}
+	}
+}

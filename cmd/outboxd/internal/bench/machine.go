@@ -242,6 +242,21 @@ func (s cpuSnapshot) since(start cpuSnapshot) cpuUse {
 	return u
 }
 
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's
+// times: 100 on every Linux this runs on.
+const clockTicks = 100
+
+// postgresSince is the CPU time the processes named postgres spent since
+// start: whole for a process that started meanwhile, nothing for one that
+// ended (take it before the connections close).
+func (s cpuSnapshot) postgresSince(start cpuSnapshot) time.Duration {
+	var ticks uint64
+	for pid, t := range s.postgres {
+		ticks += t - min(start.postgres[pid], t)
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
 func (u cpuUse) String() string {
 	if u.machine == 0 {
 		return "CPU use unknown"

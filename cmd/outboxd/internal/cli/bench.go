@@ -33,6 +33,10 @@ written to --out):
              exceeds 50 ms or a backlog builds; against the commit limit
              (pgbench, 8 clients, ÷ 3 commits an intent), River alone,
              Watermill's SQL outbox and DBOS Transact, same workload
+  work       what Postgres does for one message of that workload, for
+             every system: heap tuples and index entries written (business
+             row and maintenance tables apart, a table of what each is
+             for), WAL bytes, commits and the server's CPU
   dispatch   intents/s performed against zero-latency Stripe (keyed) and
              SendGrid (unkeyed) doubles, against hand-written pgx running
              only the outcome transaction, and River working no-op jobs

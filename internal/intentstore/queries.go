@@ -297,13 +297,14 @@ SELECT count(*) FROM updated`
 // it. With adopt, it settles an in_doubt intent as succeeded when an
 // attempt whose claim was taken over (a rescued worker) learns late that
 // the provider performed the effect, under the same key generation: a
-// known outcome is never discarded. Then it completes the running dispatch
+// known outcome is never discarded. Then it deletes the running dispatch
 // job @job_id (0: none) unless the intent still needs it (pending or
-// dispatching), writing what River's JobCompleteTx writes for a job
-// without metadata updates (River's JobSetStateIfRunningMany with state
-// completed): state completed and finalized_at, only while the job is
-// running. River's completer, run after the worker returns, then finds the
-// job no longer running and leaves it.
+// dispatching), only while the job is running. Deleted rather than
+// completed: the intent's row and its attempts are the record, and a
+// completed job is only a row with seven indexes written once more (a
+// non-HOT update) and deleted a day later by River's cleaner. River's
+// completer, run after the worker returns, finds no running job by that id
+// and leaves it (its update matches no row).
 //
 // The job is found by its primary key alone, its state compared as text:
 // state = 'running' also matches the leading column of River's fetch index
@@ -328,9 +329,8 @@ adopted_event AS (
 after AS (
     SELECT coalesce((SELECT state FROM adopted), (SELECT state FROM outbox_intents WHERE id = @id)) AS state
 ),
-completed AS (
-    UPDATE river_job
-    SET state = 'completed', finalized_at = now()
+done AS (
+    DELETE FROM river_job
     WHERE id = @job_id AND state::text = 'running' AND (SELECT state FROM after) NOT IN ('pending', 'dispatching')
 )
 SELECT (SELECT count(*) FROM adopted), (SELECT state FROM after)`

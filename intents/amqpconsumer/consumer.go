@@ -13,9 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/outboxkit/outbox/intents"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/sethvargo/go-retry"
+
+	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/intents/internal/brokerloop"
+	"github.com/outboxkit/outbox/internal/scrub"
 )
 
 // ErrInvalidConfig is wrapped by every error New returns for a Config field
@@ -34,7 +36,7 @@ type Consumer struct {
 	redactedURL string
 	password    string
 	log         *slog.Logger
-	running     atomic.Bool
+	loop        *brokerloop.Loop
 	stats       counters
 }
 
@@ -66,6 +68,16 @@ func New(client *intents.Client, cfg *Config) (*Consumer, error) {
 	}
 	c.amqpConfig.Properties = props
 	c.log = valid.Logger.With("consumer", valid.Consumer, "queue", valid.Queue)
+	c.loop = brokerloop.New(&brokerloop.Config{
+		Session: c.session,
+		Backoff: brokerloop.Backoff{Base: valid.ReconnectDelay, Max: valid.ReconnectDelayMax, JitterPercent: 20},
+		// A session that outlived the longest wait was a healthy one, not
+		// a flapping broker's: the next failure starts the backoff over.
+		ResetAfter:     valid.ReconnectDelayMax,
+		Scrub:          c.scrubErr,
+		Retrying:       c.logRetry,
+		AlreadyRunning: ErrAlreadyRunning,
+	})
 	return c, nil
 }
 
@@ -79,38 +91,17 @@ func (c *Consumer) String() string {
 // ctx.Err(). It never returns because the broker is unreachable or the
 // connection drops: it logs and reconnects with backoff. A second Run while
 // one is running returns ErrAlreadyRunning.
-func (c *Consumer) Run(ctx context.Context) error {
-	if !c.running.CompareAndSwap(false, true) {
-		return ErrAlreadyRunning
-	}
-	defer c.running.Store(false)
-	backoff := c.newBackoff()
-	for {
-		started := time.Now()
-		connected, err := c.session(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if connected && time.Since(started) > c.cfg.ReconnectDelayMax {
-			// A long healthy session: start the backoff over.
-			backoff = c.newBackoff()
-		}
-		wait, _ := backoff.Next()
-		msg := c.scrub(err.Error())
-		if connected {
-			c.log.WarnContext(ctx, "rabbitmq connection lost; reconnecting", "url", c.redactedURL, "error", msg, "retry_in", wait)
-		} else {
-			c.log.ErrorContext(ctx, "rabbitmq consumer cannot start; retrying", "url", c.redactedURL, "error", msg, "retry_in", wait)
-		}
-		if !sleep(ctx, wait) {
-			return ctx.Err()
-		}
-	}
-}
+func (c *Consumer) Run(ctx context.Context) error { return c.loop.Run(ctx) }
 
-func (c *Consumer) newBackoff() retry.Backoff {
-	return retry.WithCappedDuration(c.cfg.ReconnectDelayMax,
-		retry.WithJitterPercent(20, retry.NewExponential(c.cfg.ReconnectDelay)))
+// logRetry logs a session's end: a lost connection as a warning, a
+// consumer that could not start (the broker down, the login refused, the
+// queue missing) as an error.
+func (c *Consumer) logRetry(ctx context.Context, r brokerloop.Retry) {
+	if r.Started {
+		c.log.WarnContext(ctx, "rabbitmq connection lost; reconnecting", "url", c.redactedURL, "error", r.Err.Error(), "retry_in", r.Wait)
+	} else {
+		c.log.ErrorContext(ctx, "rabbitmq consumer cannot start; retrying", "url", c.redactedURL, "error", r.Err.Error(), "retry_in", r.Wait)
+	}
 }
 
 // session consumes over one connection until ctx ends or the connection,
@@ -139,50 +130,19 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 
 	s := &session{conn: conn, pub: &publisher{conn: conn, timeout: c.cfg.PublishTimeout}}
 	defer s.pub.close()
+	handlerCtx, release := graceContext(ctx, c.cfg.ShutdownGrace, func() { _ = ch.Cancel(tag, false) })
+	defer release()
 
-	// Handlers run on a context that outlives ctx by ShutdownGrace, so a
-	// shutdown lets them commit and ack.
-	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
-	var graceMu sync.Mutex
-	var grace *time.Timer
-	stopShutdown := context.AfterFunc(ctx, func() {
-		graceMu.Lock()
-		grace = time.AfterFunc(c.cfg.ShutdownGrace, cancelHandlers)
-		graceMu.Unlock()
-		_ = ch.Cancel(tag, false) // no new deliveries
-	})
-	defer func() {
-		stopShutdown()
-		graceMu.Lock()
-		if grace != nil {
-			grace.Stop()
+	brokerloop.Work(c.cfg.Concurrency, func() (amqp.Delivery, bool) {
+		select {
+		case <-ctx.Done():
+			return amqp.Delivery{}, false
+		case d, ok := <-deliveries:
+			// A delivery taken as ctx ends is left unacked: the broker
+			// requeues it when the connection closes.
+			return d, ok && ctx.Err() == nil
 		}
-		graceMu.Unlock()
-	}()
-
-	var wg sync.WaitGroup
-	for range c.cfg.Concurrency {
-		wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case d, ok := <-deliveries:
-					if !ok {
-						return
-					}
-					if ctx.Err() != nil {
-						// Left unacked: the broker requeues it when the
-						// connection closes.
-						return
-					}
-					c.handle(ctx, handlerCtx, s, d)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	}, func(d amqp.Delivery) { c.handle(ctx, handlerCtx, s, d) })
 	if ctx.Err() != nil {
 		return true, nil
 	}
@@ -194,6 +154,31 @@ func (c *Consumer) session(ctx context.Context) (connected bool, err error) {
 	default:
 	}
 	return true, errors.New("the channel was closed or the broker cancelled the consumer (was the queue deleted?)")
+}
+
+// graceContext returns the context handlers run on: it outlives ctx by
+// grace, so that a shutdown lets the handlers in flight commit and ack.
+// When ctx ends, stopping runs (to stop new deliveries) and the grace
+// starts. release cancels the handlers' context and stops the grace timer.
+func graceContext(ctx context.Context, grace time.Duration, stopping func()) (handlerCtx context.Context, release func()) {
+	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	stopShutdown := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(grace, cancelHandlers)
+		mu.Unlock()
+		stopping()
+	})
+	return handlerCtx, func() {
+		stopShutdown()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancelHandlers()
+	}
 }
 
 // session is what handlers share over one connection.
@@ -208,24 +193,18 @@ func consumerTag(consumer string) string {
 	return "outbox-" + consumer + "-" + hex.EncodeToString(b)
 }
 
-// sleep waits d or until ctx ends; it reports whether the wait completed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// scrub removes the URL's password from s, in case an error quoted it.
-func (c *Consumer) scrub(s string) string {
+// scrubErr is err with the URL's password masked as url.Redacted masks it
+// in the logged URL, in case the error quoted it; the chain stays intact.
+func (c *Consumer) scrubErr(err error) error {
 	if c.password == "" {
-		return s
+		return err
 	}
-	return strings.ReplaceAll(s, c.password, "xxxxx")
+	msg := err.Error()
+	clean := strings.ReplaceAll(msg, c.password, "xxxxx")
+	if clean == msg {
+		return err
+	}
+	return &scrub.Error{Msg: clean, Err: err}
 }
 
 func redactURL(raw string) string {

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/intents/internal/brokerloop"
 )
 
 // Headers the consumer sets on the copies it republishes and dead-letters.
@@ -79,30 +80,45 @@ func (c *Consumer) handle(ctx, hctx context.Context, s *session, d amqp.Delivery
 			handlerErr = c.cfg.Handler(ctx, forHandler, tx, rec)
 			return handlerErr
 		})
-	switch {
-	case err == nil:
-		if ackErr := d.Ack(false); ackErr != nil {
-			c.stats.ackFailures.Add(1)
-			log.WarnContext(ctx, "ack lost after commit; the broker will redeliver and the redelivery is acked as a duplicate", "error", ackErr)
+	switch brokerloop.Decide(brokerloop.Outcome{
+		Err: err, Delivered: redeliveries(d) + 1, MaxDeliver: c.cfg.MaxDeliver,
+		// The consumer counts deliveries itself (HeaderRedeliveries), and
+		// only the message's own failures: not a shutdown's, nor the
+		// database's.
+		Uncounted: hctx.Err() != nil || (handlerErr == nil && !messageFault(err)),
+	}) {
+	case brokerloop.Ack:
+		c.ack(ctx, d, res, log)
+	case brokerloop.Refuse:
+		c.refuse(ctx, s, d, ReasonInvalidMessageID, err.Error())
+	case brokerloop.Requeue:
+		if hctx.Err() != nil {
+			// The shutdown grace ran out: rolled back, not the message's fault.
+			c.requeue(ctx, d, false)
+			log.WarnContext(ctx, "handler cut short by shutdown; message requeued", "error", err)
 			return
 		}
-		if res.Duplicate {
-			c.stats.duplicates.Add(1)
-			log.DebugContext(ctx, "duplicate delivery acked with no effect")
-		} else {
-			c.stats.processed.Add(1)
-		}
-	case errors.Is(err, intents.ErrInvalidMessage):
-		c.refuse(ctx, s, d, ReasonInvalidMessageID, err.Error())
-	case hctx.Err() != nil:
-		// The shutdown grace ran out: rolled back, not the message's fault.
-		c.requeue(ctx, d, false)
-		log.WarnContext(ctx, "handler cut short by shutdown; message requeued", "error", err)
-	case handlerErr != nil || messageFault(err):
-		c.failed(ctx, s, d, log, err)
-	default:
 		log.WarnContext(ctx, "transaction failed outside the handler; message requeued", "error", err, "retry_in", c.cfg.ReconnectDelay)
 		c.requeue(ctx, d, true)
+	case brokerloop.GiveUp:
+		c.deadLetter(ctx, s, d, ReasonMaxDeliver, err.Error())
+	case brokerloop.Redeliver:
+		c.republish(ctx, s, d, log, err)
+	}
+}
+
+// ack acknowledges a committed or duplicate delivery and counts it.
+func (c *Consumer) ack(ctx context.Context, d amqp.Delivery, res intents.Result, log *slog.Logger) {
+	if err := d.Ack(false); err != nil {
+		c.stats.ackFailures.Add(1)
+		log.WarnContext(ctx, "ack lost after commit; the broker will redeliver and the redelivery is acked as a duplicate", "error", err)
+		return
+	}
+	if res.Duplicate {
+		c.stats.duplicates.Add(1)
+		log.DebugContext(ctx, "duplicate delivery acked with no effect")
+	} else {
+		c.stats.processed.Add(1)
 	}
 }
 
@@ -128,17 +144,14 @@ func (c *Consumer) messageID(d amqp.Delivery) string {
 	return ""
 }
 
-// failed republishes a failed message with its count incremented, or
-// dead-letters it once it has failed MaxDeliver times.
-func (c *Consumer) failed(ctx context.Context, s *session, d amqp.Delivery, log *slog.Logger, cause error) {
+// republish puts a failed message with deliveries left back at the end of
+// the queue, its count incremented: RabbitMQ's own requeue would neither
+// count it nor let the messages behind it go first.
+func (c *Consumer) republish(ctx context.Context, s *session, d amqp.Delivery, log *slog.Logger, cause error) {
 	n := redeliveries(d)
-	if c.cfg.MaxDeliver != NoDeliverLimit && n+1 >= c.cfg.MaxDeliver {
-		c.deadLetter(ctx, s, d, ReasonMaxDeliver, cause.Error())
-		return
-	}
 	if c.cfg.MaxDeliver == NoDeliverLimit {
 		// Nothing will stop a message that always fails: pace it.
-		sleep(ctx, c.cfg.ReconnectDelay)
+		brokerloop.Sleep(ctx, c.cfg.ReconnectDelay)
 	}
 	headers := cloneHeaders(d)
 	headers[HeaderRedeliveries] = int64(n + 1)
@@ -204,7 +217,7 @@ func (c *Consumer) deadLetter(ctx context.Context, s *session, d amqp.Delivery, 
 // Run is not stopping.
 func (c *Consumer) requeue(ctx context.Context, d amqp.Delivery, pause bool) {
 	if pause {
-		sleep(ctx, c.cfg.ReconnectDelay)
+		brokerloop.Sleep(ctx, c.cfg.ReconnectDelay)
 	}
 	c.stats.requeued.Add(1)
 	_ = d.Nack(false, true)

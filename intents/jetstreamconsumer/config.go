@@ -207,15 +207,6 @@ func validName(s string) bool {
 	return s != "" && !strings.ContainsAny(s, " \t\r\n.*>/\\")
 }
 
-// backoff returns base doubled n times, capped at limit.
-func backoff(base, limit time.Duration, n int) time.Duration {
-	d := base
-	for i := 0; i < n && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
-}
-
 func redactURL(rawURL string) string { return scrub.URL(rawURL) }
 
 func secretsIn(rawURL string) []string { return scrub.URLSecrets(rawURL) }

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/intents/internal/brokerloop"
 )
 
 // ErrAlreadyRunning is returned by Run when the Consumer is already running.
@@ -29,7 +28,7 @@ type Consumer struct {
 	cfg     *Config
 	log     *slog.Logger
 	secrets []string
-	running atomic.Bool
+	loop    *brokerloop.Loop
 }
 
 // New validates cfg and returns a Consumer that records through client. It
@@ -43,13 +42,26 @@ func New(client *intents.Client, cfg *Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{
+	cons := &Consumer{
 		client:  client,
 		cfg:     c,
 		secrets: secretsIn(c.URL),
 		log: c.Logger.With("component", "jetstreamconsumer", "server", redactURL(c.URL),
 			"stream", c.Stream, "durable", c.Durable, "consumer", c.Consumer),
-	}, nil
+	}
+	cons.loop = brokerloop.New(&brokerloop.Config{
+		Session: cons.session,
+		Backoff: cons.reconnectBackoff(),
+		// A session that got as far as pulling worked: the failure that
+		// ended it is a new one, retried from ReconnectDelay.
+		ResetAfter: 0,
+		Scrub:      func(err error) error { return scrubErr(err, cons.secrets) },
+		Retrying: func(ctx context.Context, r brokerloop.Retry) {
+			cons.log.WarnContext(ctx, "cannot consume from JetStream; retrying", "error", r.Err, "attempt", r.Attempt, "retry_in", r.Wait)
+		},
+		AlreadyRunning: ErrAlreadyRunning,
+	})
+	return cons, nil
 }
 
 // Run consumes until ctx ends, then waits for the handlers in flight to
@@ -59,31 +71,11 @@ func New(client *intents.Client, cfg *Config) (*Consumer, error) {
 // not exist yet or a consumer that cannot be created is logged and retried
 // with backoff, never returned. Run may not be called again while it runs
 // (ErrAlreadyRunning); it may be called again after it returns.
-func (c *Consumer) Run(ctx context.Context) error {
-	if !c.running.CompareAndSwap(false, true) {
-		return ErrAlreadyRunning
-	}
-	defer c.running.Store(false)
-	failures := 0
-	for {
-		pulled, err := c.session(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if pulled {
-			failures = 0 // it worked for a while: start the backoff again
-		}
-		delay := backoff(c.cfg.ReconnectDelay, c.cfg.ReconnectDelayMax, failures)
-		failures++
-		c.log.WarnContext(ctx, "cannot consume from JetStream; retrying", "error", err, "attempt", failures, "retry_in", delay)
-		timer := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-timer.C:
-		}
-	}
+func (c *Consumer) Run(ctx context.Context) error { return c.loop.Run(ctx) }
+
+// reconnectBackoff paces both Run's reconnects and nats.go's own, alike.
+func (c *Consumer) reconnectBackoff() brokerloop.Backoff {
+	return brokerloop.Backoff{Base: c.cfg.ReconnectDelay, Max: c.cfg.ReconnectDelayMax}
 }
 
 // session connects, sets the durable consumer up and pulls until ctx ends
@@ -112,22 +104,17 @@ func (c *Consumer) session(ctx context.Context) (pulled bool, err error) {
 
 	pullCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	var wg sync.WaitGroup
-	for range c.cfg.Concurrency {
-		wg.Go(func() {
-			for {
-				msg, err := it.Next(jetstream.NextContext(pullCtx))
-				if err != nil {
-					if pullCtx.Err() == nil {
-						stop(fmt.Errorf("pull from durable consumer %q: %w", c.cfg.Durable, scrubErr(err, c.secrets)))
-					}
-					return
-				}
-				c.handle(ctx, msg)
+	brokerloop.Work(c.cfg.Concurrency, func() (jetstream.Msg, bool) {
+		msg, err := it.Next(jetstream.NextContext(pullCtx))
+		if err != nil {
+			if pullCtx.Err() == nil {
+				// One worker's pull failing ends the session for all.
+				stop(fmt.Errorf("pull from durable consumer %q: %w", c.cfg.Durable, scrubErr(err, c.secrets)))
 			}
-		})
-	}
-	wg.Wait()
+			return nil, false
+		}
+		return msg, true
+	}, func(msg jetstream.Msg) { c.handle(ctx, msg) })
 	c.handBack(ctx, it)
 	if ctx.Err() != nil {
 		return true, ctx.Err()
@@ -142,7 +129,7 @@ func (c *Consumer) connect() (*nats.Conn, error) {
 		nats.Name("outbox jetstream consumer " + c.cfg.Durable),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(func(attempts int) time.Duration {
-			return backoff(c.cfg.ReconnectDelay, c.cfg.ReconnectDelayMax, attempts-1)
+			return c.reconnectBackoff().Delay(attempts - 1)
 		}),
 		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {

@@ -2,13 +2,13 @@ package jetstreamconsumer
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/intents/internal/brokerloop"
 )
 
 // handle processes one delivery: Consume, then ack, nak or term as the
@@ -35,26 +35,31 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 			return c.cfg.Handler(ctx, msg, tx, rec)
 		})
-	switch {
-	case errors.Is(err, intents.ErrInvalidMessage):
+	// Every failure counts: JetStream counts every delivery itself, and
+	// enforces the consumer's MaxDeliver whatever Run decides.
+	switch brokerloop.Decide(brokerloop.Outcome{Err: err, Delivered: int(delivered), MaxDeliver: c.cfg.MaxDeliver}) {
+	case brokerloop.Refuse:
 		log.ErrorContext(ctx, "refused a message whose "+jetstream.MsgIDHeader+" is not a valid message id: terminated, it will not be processed or redelivered", "error", err)
 		c.term(ctx, msg, log)
-		return
-	case err != nil && delivered >= uint64(c.cfg.MaxDeliver):
+	case brokerloop.GiveUp:
 		log.ErrorContext(ctx, "handler failed on the last delivery: message terminated, JetStream will not redeliver it",
 			"error", err, "max_deliver", c.cfg.MaxDeliver)
 		c.term(ctx, msg, log)
-		return
-	case err != nil:
-		delay := backoff(c.cfg.RedeliveryDelay, c.cfg.RedeliveryDelayMax, int(delivered)-1)
+	case brokerloop.Redeliver:
+		delay := brokerloop.Backoff{Base: c.cfg.RedeliveryDelay, Max: c.cfg.RedeliveryDelayMax}.Delay(int(delivered) - 1)
 		log.WarnContext(ctx, "handler failed; nothing was written and the message will be redelivered",
 			"error", err, "redeliver_in", delay, "max_deliver", c.cfg.MaxDeliver)
 		if err := msg.NakWithDelay(delay); err != nil {
 			log.WarnContext(ctx, "nak failed: JetStream will redeliver the message after AckWait", "error", scrubErr(err, c.secrets))
 		}
-		return
+	case brokerloop.Ack:
+		c.ack(ctx, msg, res, log)
 	}
+}
 
+// ack acknowledges a committed or duplicate message and waits for the
+// server to confirm it.
+func (c *Consumer) ack(ctx context.Context, msg jetstream.Msg, res intents.Result, log *slog.Logger) {
 	ackCtx, cancelAck := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.AckTimeout)
 	defer cancelAck()
 	if err := msg.DoubleAck(ackCtx); err != nil {

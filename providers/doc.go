@@ -15,5 +15,7 @@
 //   - OutcomeAmbiguous: the provider may have acted and a repeat could do it
 //     twice. The dispatcher reconciles or holds the intent in_doubt.
 //
-// Every adapter runs the conformance suite in package providertest.
+// Every adapter runs the conformance suite in package providertest: the HTTP
+// adapters against their test doubles, the broker adapters against the real
+// broker, each skipping only what its target cannot show.
 package providers

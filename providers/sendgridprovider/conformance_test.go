@@ -51,6 +51,14 @@ func harnessFor(reconcile bool, valid string, sensitive ...string) providertest.
 			}
 			return p
 		},
+		Features: providertest.Features{
+			HTTPFaults: true,
+			Reconciles: reconcile,
+			// The activity feed is eventually consistent: it never proves
+			// an email absent.
+			ProvesAbsence:  false,
+			RejectsPayload: true,
+		},
 		Kind:         sendgridprovider.KindEmail,
 		ValidPayload: json.RawMessage(valid),
 		InvalidPayloads: map[string]string{
@@ -82,9 +90,6 @@ func harnessFor(reconcile bool, valid string, sensitive ...string) providertest.
 			}
 			return out
 		},
-		// The activity feed is eventually consistent: it never proves an
-		// email absent.
-		ProvesAbsence: false,
 	}
 }
 

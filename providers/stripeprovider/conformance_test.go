@@ -40,6 +40,9 @@ func TestConformance(t *testing.T) {
 		NewProvider: func(t *testing.T, baseURL string) providers.Provider {
 			return newProvider(t, baseURL)
 		},
+		// Stripe's lists read consistently: a search that finds nothing
+		// proves the object absent.
+		Features:     providertest.Features{HTTPFaults: true, Reconciles: true, ProvesAbsence: true, RejectsPayload: true},
 		Kind:         stripeprovider.KindPaymentIntent,
 		ValidPayload: json.RawMessage(validPayload),
 		InvalidPayloads: map[string]string{
@@ -68,7 +71,6 @@ func TestConformance(t *testing.T) {
 			}
 			return out
 		},
-		ProvesAbsence: true,
 	})
 }
 
@@ -88,6 +90,9 @@ func TestConformanceRefund(t *testing.T) {
 		NewProvider: func(t *testing.T, baseURL string) providers.Provider {
 			return newProvider(t, baseURL)
 		},
+		// Stripe's lists read consistently: a search that finds nothing
+		// proves the object absent.
+		Features:     providertest.Features{HTTPFaults: true, Reconciles: true, ProvesAbsence: true, RejectsPayload: true},
 		Kind:         stripeprovider.KindRefund,
 		ValidPayload: json.RawMessage(`{"payment_intent": "` + seededPI + `", "amount": 100, "reason": "requested_by_customer", "metadata": {"customer_email": "jane.doe@example.com"}}`),
 		InvalidPayloads: map[string]string{
@@ -108,6 +113,5 @@ func TestConformanceRefund(t *testing.T) {
 			}
 			return out
 		},
-		ProvesAbsence: true,
 	})
 }

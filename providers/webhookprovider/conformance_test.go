@@ -62,6 +62,8 @@ func harness(keyed bool) providertest.Harness {
 		NewProvider: func(t *testing.T, baseURL string) providers.Provider {
 			return newProvider(t, baseURL, keyed)
 		},
+		// A webhook cannot be asked what it received: no reconcile.
+		Features:     providertest.Features{HTTPFaults: true, RejectsPayload: true},
 		Kind:         webhookprovider.KindPost,
 		ValidPayload: json.RawMessage(validPayload),
 		InvalidPayloads: map[string]string{

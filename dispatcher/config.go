@@ -220,105 +220,13 @@ func (c *Config) withDefaults() (*Config, error) {
 	if out.Providers == nil {
 		return nil, errors.New("dispatcher: Config.Providers is required")
 	}
-	// A provider that cannot perform would fail every intent of its kinds
-	// for good (a registry built for recording, without credentials):
-	// refused here, all of them named at once.
-	var unconfigured []error
-	for _, p := range out.Providers.Providers() {
-		if c, ok := p.(providers.Configured); ok {
-			if err := c.CheckConfigured(); err != nil {
-				unconfigured = append(unconfigured, err)
-			}
+	for _, step := range []func() error{
+		out.checkProvidersConfigured, out.defaultDurations, out.defaultWorkers, out.defaultAttempts,
+		out.defaultRetention, out.checkDedupWindow, out.defaultRescue,
+	} {
+		if err := step(); err != nil {
+			return nil, err
 		}
-	}
-	if len(unconfigured) > 0 {
-		return nil, fmt.Errorf("dispatcher: Config.Providers cannot perform: %w", errors.Join(unconfigured...))
-	}
-	durations := []struct {
-		name  string
-		value *time.Duration
-		def   time.Duration
-	}{
-		{"CallTimeout", &out.CallTimeout, DefaultCallTimeout},
-		{"RetryBackoff", &out.RetryBackoff, DefaultRetryBackoff},
-		{"RetryBackoffMax", &out.RetryBackoffMax, DefaultRetryBackoffMax},
-		{"SweepInterval", &out.SweepInterval, DefaultSweepInterval},
-		{"SweepGrace", &out.SweepGrace, DefaultSweepGrace},
-		{"KeyWindowMargin", &out.KeyWindowMargin, DefaultKeyWindowMargin},
-		{"DedupWindow", &out.DedupWindow, DefaultDedupWindow},
-		{"AuditRetention", &out.AuditRetention, DefaultAuditRetention},
-		{"RetentionInterval", &out.RetentionInterval, DefaultRetentionInterval},
-		{"FetchCooldown", &out.FetchCooldown, DefaultFetchCooldown},
-		{"FetchPollInterval", &out.FetchPollInterval, DefaultFetchPollInterval},
-		{"RecheckDelay", &out.RecheckDelay, DefaultRecheckDelay},
-		{"RecheckInterval", &out.RecheckInterval, DefaultRecheckInterval},
-		{"AbsenceSettleTime", &out.AbsenceSettleTime, DefaultAbsenceSettleTime},
-		{"SettleRetryFor", &out.SettleRetryFor, DefaultSettleRetryFor},
-	}
-	for _, d := range durations {
-		if *d.value < 0 {
-			return nil, fmt.Errorf("dispatcher: Config.%s must not be negative, got %s", d.name, *d.value)
-		}
-		if *d.value == 0 {
-			*d.value = d.def
-		}
-	}
-	if out.FetchCooldown < time.Millisecond || out.FetchPollInterval < time.Millisecond {
-		return nil, fmt.Errorf("dispatcher: Config.FetchCooldown and Config.FetchPollInterval must be at least 1ms, got %s and %s", out.FetchCooldown, out.FetchPollInterval)
-	}
-	if out.RetryBackoffMax < out.RetryBackoff {
-		return nil, fmt.Errorf("dispatcher: Config.RetryBackoffMax (%s) is less than RetryBackoff (%s)", out.RetryBackoffMax, out.RetryBackoff)
-	}
-	if out.MaxWorkers == 0 {
-		out.MaxWorkers = DefaultMaxWorkers
-	}
-	if out.MaxWorkers < 0 || out.MaxWorkers > 10000 {
-		return nil, fmt.Errorf("dispatcher: Config.MaxWorkers must be between 1 and 10000, got %d", out.MaxWorkers)
-	}
-	if out.FetchLoops == 0 {
-		out.FetchLoops = min((out.MaxWorkers+DefaultWorkersPerFetchLoop-1)/DefaultWorkersPerFetchLoop, MaxFetchLoops)
-	}
-	if out.FetchLoops < 0 || out.FetchLoops > min(out.MaxWorkers, MaxFetchLoops) {
-		return nil, fmt.Errorf("dispatcher: Config.FetchLoops must be between 1 and %d (and at most MaxWorkers, %d), got %d",
-			MaxFetchLoops, out.MaxWorkers, out.FetchLoops)
-	}
-	if out.MaxAttempts == 0 {
-		out.MaxAttempts = DefaultMaxAttempts
-	}
-	if out.MaxAttempts < 0 || out.MaxAttempts > maxAttemptsLimit {
-		return nil, fmt.Errorf("dispatcher: Config.MaxAttempts must be between 1 and %d, got %d", maxAttemptsLimit, out.MaxAttempts)
-	}
-	for kind, n := range out.MaxAttemptsByKind {
-		if _, err := out.Providers.ForKind(kind); err != nil {
-			return nil, fmt.Errorf("dispatcher: Config.MaxAttemptsByKind: %w", err)
-		}
-		if n < 1 || n > maxAttemptsLimit {
-			return nil, fmt.Errorf("dispatcher: Config.MaxAttemptsByKind[%q] must be between 1 and %d, got %d", kind, maxAttemptsLimit, n)
-		}
-	}
-	switch {
-	case out.MaxRechecks == 0:
-		out.MaxRechecks = DefaultMaxRechecks
-	case out.MaxRechecks < 0:
-		out.MaxRechecks = 0
-	case out.MaxRechecks > 20:
-		return nil, fmt.Errorf("dispatcher: Config.MaxRechecks must be at most 20, got %d", out.MaxRechecks)
-	}
-	if out.RetentionBatch == 0 {
-		out.RetentionBatch = DefaultRetentionBatch
-	}
-	if out.RetentionBatch < 1 || out.RetentionBatch > 100000 {
-		return nil, fmt.Errorf("dispatcher: Config.RetentionBatch must be between 1 and 100000, got %d", out.RetentionBatch)
-	}
-	if err := out.checkDedupWindow(); err != nil {
-		return nil, err
-	}
-	minRescue := out.jobTimeout()
-	if out.RescueStuckJobsAfter == 0 {
-		out.RescueStuckJobsAfter = minRescue + time.Minute
-	}
-	if out.RescueStuckJobsAfter <= minRescue {
-		return nil, fmt.Errorf("dispatcher: Config.RescueStuckJobsAfter (%s) must exceed twice CallTimeout plus 5s (%s)", out.RescueStuckJobsAfter, minRescue)
 	}
 	if out.Now == nil {
 		out.Now = time.Now
@@ -327,6 +235,134 @@ func (c *Config) withDefaults() (*Config, error) {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &out, nil
+}
+
+// checkProvidersConfigured refuses a provider that cannot perform: it would
+// fail every intent of its kinds for good (a registry built for
+// recording, without credentials). All of them are named at once.
+func (c *Config) checkProvidersConfigured() error {
+	var unconfigured []error
+	for _, p := range c.Providers.Providers() {
+		if pc, ok := p.(providers.Configured); ok {
+			if err := pc.CheckConfigured(); err != nil {
+				unconfigured = append(unconfigured, err)
+			}
+		}
+	}
+	if len(unconfigured) > 0 {
+		return fmt.Errorf("dispatcher: Config.Providers cannot perform: %w", errors.Join(unconfigured...))
+	}
+	return nil
+}
+
+// defaultDurations fills the durations left zero and refuses negative ones
+// and those that contradict each other.
+func (c *Config) defaultDurations() error {
+	durations := []struct {
+		name  string
+		value *time.Duration
+		def   time.Duration
+	}{
+		{"CallTimeout", &c.CallTimeout, DefaultCallTimeout},
+		{"RetryBackoff", &c.RetryBackoff, DefaultRetryBackoff},
+		{"RetryBackoffMax", &c.RetryBackoffMax, DefaultRetryBackoffMax},
+		{"SweepInterval", &c.SweepInterval, DefaultSweepInterval},
+		{"SweepGrace", &c.SweepGrace, DefaultSweepGrace},
+		{"KeyWindowMargin", &c.KeyWindowMargin, DefaultKeyWindowMargin},
+		{"DedupWindow", &c.DedupWindow, DefaultDedupWindow},
+		{"AuditRetention", &c.AuditRetention, DefaultAuditRetention},
+		{"RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval},
+		{"FetchCooldown", &c.FetchCooldown, DefaultFetchCooldown},
+		{"FetchPollInterval", &c.FetchPollInterval, DefaultFetchPollInterval},
+		{"RecheckDelay", &c.RecheckDelay, DefaultRecheckDelay},
+		{"RecheckInterval", &c.RecheckInterval, DefaultRecheckInterval},
+		{"AbsenceSettleTime", &c.AbsenceSettleTime, DefaultAbsenceSettleTime},
+		{"SettleRetryFor", &c.SettleRetryFor, DefaultSettleRetryFor},
+	}
+	for _, d := range durations {
+		if *d.value < 0 {
+			return fmt.Errorf("dispatcher: Config.%s must not be negative, got %s", d.name, *d.value)
+		}
+		if *d.value == 0 {
+			*d.value = d.def
+		}
+	}
+	if c.FetchCooldown < time.Millisecond || c.FetchPollInterval < time.Millisecond {
+		return fmt.Errorf("dispatcher: Config.FetchCooldown and Config.FetchPollInterval must be at least 1ms, got %s and %s", c.FetchCooldown, c.FetchPollInterval)
+	}
+	if c.RetryBackoffMax < c.RetryBackoff {
+		return fmt.Errorf("dispatcher: Config.RetryBackoffMax (%s) is less than RetryBackoff (%s)", c.RetryBackoffMax, c.RetryBackoff)
+	}
+	return nil
+}
+
+// defaultWorkers fills and bounds MaxWorkers and FetchLoops.
+func (c *Config) defaultWorkers() error {
+	if c.MaxWorkers == 0 {
+		c.MaxWorkers = DefaultMaxWorkers
+	}
+	if c.MaxWorkers < 0 || c.MaxWorkers > 10000 {
+		return fmt.Errorf("dispatcher: Config.MaxWorkers must be between 1 and 10000, got %d", c.MaxWorkers)
+	}
+	if c.FetchLoops == 0 {
+		c.FetchLoops = min((c.MaxWorkers+DefaultWorkersPerFetchLoop-1)/DefaultWorkersPerFetchLoop, MaxFetchLoops)
+	}
+	if c.FetchLoops < 0 || c.FetchLoops > min(c.MaxWorkers, MaxFetchLoops) {
+		return fmt.Errorf("dispatcher: Config.FetchLoops must be between 1 and %d (and at most MaxWorkers, %d), got %d",
+			MaxFetchLoops, c.MaxWorkers, c.FetchLoops)
+	}
+	return nil
+}
+
+// defaultAttempts fills and bounds the attempt budgets and the re-checks.
+func (c *Config) defaultAttempts() error {
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.MaxAttempts < 0 || c.MaxAttempts > maxAttemptsLimit {
+		return fmt.Errorf("dispatcher: Config.MaxAttempts must be between 1 and %d, got %d", maxAttemptsLimit, c.MaxAttempts)
+	}
+	for kind, n := range c.MaxAttemptsByKind {
+		if _, err := c.Providers.ForKind(kind); err != nil {
+			return fmt.Errorf("dispatcher: Config.MaxAttemptsByKind: %w", err)
+		}
+		if n < 1 || n > maxAttemptsLimit {
+			return fmt.Errorf("dispatcher: Config.MaxAttemptsByKind[%q] must be between 1 and %d, got %d", kind, maxAttemptsLimit, n)
+		}
+	}
+	switch {
+	case c.MaxRechecks == 0:
+		c.MaxRechecks = DefaultMaxRechecks
+	case c.MaxRechecks < 0:
+		c.MaxRechecks = 0
+	case c.MaxRechecks > 20:
+		return fmt.Errorf("dispatcher: Config.MaxRechecks must be at most 20, got %d", c.MaxRechecks)
+	}
+	return nil
+}
+
+func (c *Config) defaultRetention() error {
+	if c.RetentionBatch == 0 {
+		c.RetentionBatch = DefaultRetentionBatch
+	}
+	if c.RetentionBatch < 1 || c.RetentionBatch > 100000 {
+		return fmt.Errorf("dispatcher: Config.RetentionBatch must be between 1 and 100000, got %d", c.RetentionBatch)
+	}
+	return nil
+}
+
+// defaultRescue: a job is rescued only after its worker must have given up
+// (two call timeouts and a settlement's margin), or a rescue could take
+// over a call still in flight.
+func (c *Config) defaultRescue() error {
+	minRescue := c.jobTimeout()
+	if c.RescueStuckJobsAfter == 0 {
+		c.RescueStuckJobsAfter = minRescue + time.Minute
+	}
+	if c.RescueStuckJobsAfter <= minRescue {
+		return fmt.Errorf("dispatcher: Config.RescueStuckJobsAfter (%s) must exceed twice CallTimeout plus 5s (%s)", c.RescueStuckJobsAfter, minRescue)
+	}
+	return nil
 }
 
 // loopWorkers shares MaxWorkers among the fetch loops.

@@ -52,75 +52,27 @@ func findInvalidString(v reflect.Value, path string, depth int) error {
 	if !v.IsValid() || depth > 64 {
 		return nil
 	}
-	fail := func(s string) error {
-		err := bytecheck.String(s)
-		var be *bytecheck.Error
-		if errors.As(err, &be) {
-			be.Path = path
-		}
-		return err
-	}
 	if v.Type().Implements(marshalerType) {
 		return nil // its JSON is in raw as it wrote it, and was checked
 	}
 	if v.Type().Implements(textMarshalerType) && v.CanInterface() && (v.Kind() != reflect.Pointer || !v.IsNil()) {
 		if text, err := v.Interface().(encoding.TextMarshaler).MarshalText(); err == nil {
-			return fail(string(text))
+			return invalidAt(string(text), path)
 		}
 		return nil
 	}
-	join := func(name string) string {
-		if path == "" {
-			return name
-		}
-		return path + "." + name
-	}
 	switch v.Kind() {
 	case reflect.String:
-		return fail(v.String())
+		return invalidAt(v.String(), path)
 	case reflect.Pointer, reflect.Interface:
 		if v.IsNil() {
 			return nil
 		}
 		return findInvalidString(v.Elem(), path, depth+1)
 	case reflect.Struct:
-		t := v.Type()
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if !f.IsExported() && !f.Anonymous {
-				continue
-			}
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			if err := findInvalidString(v.Field(i), join(name), depth+1); err != nil {
-				return err
-			}
-		}
+		return invalidInStruct(v, path, depth)
 	case reflect.Map:
-		iter := v.MapRange()
-		for iter.Next() {
-			key := "?"
-			if iter.Key().CanInterface() {
-				key = fmt.Sprint(iter.Key().Interface())
-			}
-			if iter.Key().Kind() == reflect.String {
-				if err := fail(key); err != nil {
-					var be *bytecheck.Error
-					if errors.As(err, &be) {
-						be.InKey = true
-					}
-					return err
-				}
-			}
-			if err := findInvalidString(iter.Value(), join(key), depth+1); err != nil {
-				return err
-			}
-		}
+		return invalidInMap(v, path, depth)
 	case reflect.Slice, reflect.Array:
 		if v.Type().Elem().Kind() == reflect.Uint8 {
 			return nil // base64
@@ -129,6 +81,71 @@ func findInvalidString(v reflect.Value, path string, depth int) error {
 			if err := findInvalidString(v.Index(i), fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// invalidAt is bytecheck.String's error for s, at path.
+func invalidAt(s, path string) error {
+	err := bytecheck.String(s)
+	var be *bytecheck.Error
+	if errors.As(err, &be) {
+		be.Path = path
+	}
+	return err
+}
+
+func joinPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// invalidInStruct looks in the fields json.Marshal encodes, by their JSON
+// names.
+func invalidInStruct(v reflect.Value, path string, depth int) error {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() && !f.Anonymous {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if err := findInvalidString(v.Field(i), joinPath(path, name), depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// invalidInMap looks in the keys (a string key is a JSON name too) and the
+// values.
+func invalidInMap(v reflect.Value, path string, depth int) error {
+	iter := v.MapRange()
+	for iter.Next() {
+		key := "?"
+		if iter.Key().CanInterface() {
+			key = fmt.Sprint(iter.Key().Interface())
+		}
+		if iter.Key().Kind() == reflect.String {
+			if err := invalidAt(key, path); err != nil {
+				var be *bytecheck.Error
+				if errors.As(err, &be) {
+					be.InKey = true
+				}
+				return err
+			}
+		}
+		if err := findInvalidString(iter.Value(), joinPath(path, key), depth+1); err != nil {
+			return err
 		}
 	}
 	return nil

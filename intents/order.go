@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -180,112 +181,153 @@ func sortedKeys(m map[string]string) []string {
 // tx but not written yet (the earlier messages of a ConsumeBatch): those
 // are known too, and written before the intents that come after them.
 func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent, earlier func(key string) bool) error {
-	ordered := false
-	for i := range prepared {
-		if len(prepared[i].after) > 0 || prepared[i].orderingKey != "" {
-			ordered = true
-		}
-	}
-	if !ordered {
+	if !slices.ContainsFunc(prepared, func(p preparedIntent) bool { return len(p.after) > 0 || p.orderingKey != "" }) {
 		return nil
 	}
-	byName := make(map[string]int, len(prepared)) // -1: several intents have it
-	byKey := make(map[string]int, len(prepared))
-	for i, p := range prepared {
-		if _, dup := byName[p.name]; dup && p.name != "" {
-			byName[p.name] = -1
-		} else if p.name != "" {
-			byName[p.name] = i
-		}
-		byKey[p.key] = i
-	}
-	fail := func(p preparedIntent, err *OrderError) error {
-		return &IntentError{Index: p.index, Kind: p.kind, Name: p.name, Err: err}
-	}
-	// local[i] lists the call's intents intent i comes after.
-	local := make([][]int, len(prepared))
-	var external []string
-	externalOf := map[string][]int{} // key -> intents that name it
+	r := newOrderResolver(prepared)
 	for i := range prepared {
-		p := &prepared[i]
-		order := &intentstore.Order{OrderingKey: p.orderingKey}
-		at := map[string]int{} // predecessor key -> position in order.After
-		for j, a := range p.after {
-			key := a.Key
-			if a.Name != "" {
-				k, ok := byName[a.Name]
-				if !ok {
-					return fail(*p, &OrderError{After: j, Ref: refOf(a), Reason: "no intent of this call has this name", Err: ErrUnknownPredecessor})
-				}
-				if k < 0 {
-					return fail(*p, &OrderError{After: j, Ref: refOf(a), Reason: "several intents of this call have this name: name them apart, or use their keys", Err: ErrBadOrder})
-				}
-				key = prepared[k].key
-			}
-			if key == p.key {
-				return fail(*p, &OrderError{After: j, Ref: refOf(a), Reason: "an intent cannot come after itself", Err: ErrOrderCycle})
-			}
-			if k, ok := byKey[key]; ok {
-				if !slices.Contains(local[i], k) {
-					local[i] = append(local[i], k)
-				}
-			} else if !slices.Contains(externalOf[key], i) {
-				external = append(external, key)
-				externalOf[key] = append(externalOf[key], i)
-			}
-			if n, ok := at[key]; ok {
-				for f, r := range a.Fill {
-					order.After[n].Fill[f] = r
-				}
-				continue
-			}
-			fill := make(map[string]string, len(a.Fill))
-			for f, r := range a.Fill {
-				fill[f] = r
-			}
-			at[key] = len(order.After)
-			order.After = append(order.After, intentstore.OrderAfter{Key: key, Fill: fill})
+		if err := r.resolve(i); err != nil {
+			return err
 		}
-		p.order = order
 	}
-	if cycle := findCycle(local); cycle != nil {
-		names := make([]string, len(cycle))
-		for n, i := range cycle {
-			names[n] = label(prepared[i])
-		}
-		p := prepared[cycle[0]]
-		j := slices.IndexFunc(p.after, func(a After) bool {
-			next := prepared[cycle[1]]
-			return a.Name == next.name && a.Name != "" || a.Key == next.key
-		})
-		return fail(p, &OrderError{After: j, Ref: refOf(p.after[max(j, 0)]),
-			Reason: "the intents would wait for each other forever: " + strings.Join(names, " after "), Err: ErrOrderCycle})
+	if err := r.refuseCycle(); err != nil {
+		return err
 	}
 	if earlier != nil {
-		external = slices.DeleteFunc(external, earlier)
+		r.external = slices.DeleteFunc(r.external, earlier)
 	}
-	if len(external) > 0 {
-		// Locked until the transaction ends: the state each is found in
-		// decides the new intents' own (intentstore.Predecessor).
-		stored, err := intentstore.LockPredecessors(ctx, tx, external)
-		if err != nil {
-			return fmt.Errorf("intents: %w", err)
+	return r.lockExternal(ctx, tx)
+}
+
+// orderResolver resolves the After of one call's intents.
+type orderResolver struct {
+	prepared []preparedIntent
+	byName   map[string]int // -1: several intents have it
+	byKey    map[string]int
+	// local[i] lists the call's intents intent i comes after.
+	local [][]int
+	// external are the keys named that are not the call's, and
+	// externalOf the intents that name each.
+	external   []string
+	externalOf map[string][]int
+}
+
+func newOrderResolver(prepared []preparedIntent) *orderResolver {
+	r := &orderResolver{prepared: prepared, byName: make(map[string]int, len(prepared)), byKey: make(map[string]int, len(prepared)),
+		local: make([][]int, len(prepared)), externalOf: map[string][]int{}}
+	for i, p := range prepared {
+		if _, dup := r.byName[p.name]; dup && p.name != "" {
+			r.byName[p.name] = -1
+		} else if p.name != "" {
+			r.byName[p.name] = i
 		}
-		for _, key := range external {
-			if pred, ok := stored[key]; ok {
-				for _, i := range externalOf[key] {
-					for j := range prepared[i].order.After {
-						if prepared[i].order.After[j].Key == key {
-							prepared[i].order.After[j].Stored = &pred
-						}
-					}
-				}
-				continue
+		r.byKey[p.key] = i
+	}
+	return r
+}
+
+func (r *orderResolver) fail(p preparedIntent, err *OrderError) error {
+	return &IntentError{Index: p.index, Kind: p.kind, Name: p.name, Err: err}
+}
+
+// resolve sets intent i's order: each After by key (a name resolved in the
+// call), one entry per predecessor with their fills merged.
+func (r *orderResolver) resolve(i int) error {
+	p := &r.prepared[i]
+	order := &intentstore.Order{OrderingKey: p.orderingKey}
+	at := map[string]int{} // predecessor key -> position in order.After
+	for j, a := range p.after {
+		key, err := r.keyOf(*p, j, a)
+		if err != nil {
+			return err
+		}
+		if k, ok := r.byKey[key]; ok {
+			if !slices.Contains(r.local[i], k) {
+				r.local[i] = append(r.local[i], k)
 			}
-			p := prepared[externalOf[key][0]]
+		} else if !slices.Contains(r.externalOf[key], i) {
+			r.external = append(r.external, key)
+			r.externalOf[key] = append(r.externalOf[key], i)
+		}
+		if n, ok := at[key]; ok {
+			maps.Copy(order.After[n].Fill, a.Fill)
+			continue
+		}
+		at[key] = len(order.After)
+		order.After = append(order.After, intentstore.OrderAfter{Key: key, Fill: maps.Clone(a.Fill)})
+		if order.After[len(order.After)-1].Fill == nil {
+			order.After[len(order.After)-1].Fill = map[string]string{}
+		}
+	}
+	p.order = order
+	return nil
+}
+
+// keyOf is the key of p's j-th After, a: its key, or that of the intent of
+// the call it names. An intent cannot come after itself.
+func (r *orderResolver) keyOf(p preparedIntent, j int, a After) (string, error) {
+	key := a.Key
+	if a.Name != "" {
+		k, ok := r.byName[a.Name]
+		if !ok {
+			return "", r.fail(p, &OrderError{After: j, Ref: refOf(a), Reason: "no intent of this call has this name", Err: ErrUnknownPredecessor})
+		}
+		if k < 0 {
+			return "", r.fail(p, &OrderError{After: j, Ref: refOf(a), Reason: "several intents of this call have this name: name them apart, or use their keys", Err: ErrBadOrder})
+		}
+		key = r.prepared[k].key
+	}
+	if key == p.key {
+		return "", r.fail(p, &OrderError{After: j, Ref: refOf(a), Reason: "an intent cannot come after itself", Err: ErrOrderCycle})
+	}
+	return key, nil
+}
+
+// refuseCycle refuses the call's intents if they would wait for each other
+// forever, naming the cycle.
+func (r *orderResolver) refuseCycle() error {
+	cycle := findCycle(r.local)
+	if cycle == nil {
+		return nil
+	}
+	names := make([]string, len(cycle))
+	for n, i := range cycle {
+		names[n] = label(r.prepared[i])
+	}
+	p := r.prepared[cycle[0]]
+	j := slices.IndexFunc(p.after, func(a After) bool {
+		next := r.prepared[cycle[1]]
+		return a.Name == next.name && a.Name != "" || a.Key == next.key
+	})
+	return r.fail(p, &OrderError{After: j, Ref: refOf(p.after[max(j, 0)]),
+		Reason: "the intents would wait for each other forever: " + strings.Join(names, " after "), Err: ErrOrderCycle})
+}
+
+// lockExternal share-locks the stored predecessors named, until the
+// transaction ends (the state each is found in decides the new intents'
+// own: intentstore.Predecessor), and refuses a key no intent has.
+func (r *orderResolver) lockExternal(ctx context.Context, tx pgx.Tx) error {
+	if len(r.external) == 0 {
+		return nil
+	}
+	stored, err := intentstore.LockPredecessors(ctx, tx, r.external)
+	if err != nil {
+		return fmt.Errorf("intents: %w", err)
+	}
+	for _, key := range r.external {
+		pred, ok := stored[key]
+		if !ok {
+			p := r.prepared[r.externalOf[key][0]]
 			j := slices.IndexFunc(p.after, func(a After) bool { return a.Key == key })
-			return fail(p, &OrderError{After: j, Ref: fmt.Sprintf("key %q", key),
+			return r.fail(p, &OrderError{After: j, Ref: fmt.Sprintf("key %q", key),
 				Reason: "no intent with this key was recorded before (nor by this call)", Err: ErrUnknownPredecessor})
+		}
+		for _, i := range r.externalOf[key] {
+			for j := range r.prepared[i].order.After {
+				if r.prepared[i].order.After[j].Key == key {
+					r.prepared[i].order.After[j].Stored = &pred
+				}
+			}
 		}
 	}
 	return nil

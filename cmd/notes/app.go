@@ -68,12 +68,40 @@ func start(ctx context.Context, o options, log *slog.Logger, progress io.Writer)
 		}
 	}()
 
+	if err := a.openDatabase(ctx, o, log, progress); err != nil {
+		return a, err
+	}
+	a.topo = newTopology(o.amqpURL, a.runID)
+	if err := a.topo.declare(); err != nil {
+		return a, err
+	}
+	a.onClose("delete RabbitMQ topology", func(context.Context) error { return a.topo.delete() })
+	fmt.Fprintf(progress, "RabbitMQ at %s: exchange %s, queue %s (dead letters: %s)\n",
+		amqpprovider.RedactURL(o.amqpURL), a.topo.Exchange, a.topo.Queue, a.topo.DeadLetterQueue)
+
+	if err := a.startOutbox(ctx, o, log, progress); err != nil {
+		return a, err
+	}
+	if err := a.startTagger(o, log); err != nil {
+		return a, err
+	}
+	if err := a.startHTTP(o, log); err != nil {
+		return a, err
+	}
+	fmt.Fprintf(progress, "API at %s; dispatcher and tagger running\n", a.baseURL())
+	return a, nil
+}
+
+// openDatabase connects to the database (a scratch one, dropped at close,
+// unless o names one), migrates it and creates the example's tables.
+func (a *app) openDatabase(ctx context.Context, o options, log *slog.Logger, progress io.Writer) error {
 	dbURL := o.databaseURL
 	if dbURL == "" {
 		a.dbName = "notes_example_" + a.runID
 		fmt.Fprintf(progress, "creating scratch database %s\n", a.dbName)
+		var err error
 		if dbURL, err = createScratchDatabase(ctx, o.serverURL, a.dbName); err != nil {
-			return a, fmt.Errorf("%w (is PostgreSQL running at DATABASE_URL?)", err)
+			return fmt.Errorf("%w (is PostgreSQL running at DATABASE_URL?)", err)
 		}
 		if !o.keepDatabase {
 			a.onClose("drop database "+a.dbName, func(ctx context.Context) error {
@@ -83,46 +111,41 @@ func start(ctx context.Context, o options, log *slog.Logger, progress io.Writer)
 	}
 	poolCfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
-		return a, errors.New("the database URL is not a valid PostgreSQL URL")
+		return errors.New("the database URL is not a valid PostgreSQL URL")
 	}
 	poolCfg.MaxConns = 20
 	if a.pool, err = pgxpool.NewWithConfig(ctx, poolCfg); err != nil {
-		return a, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	a.onClose("close database pool", func(context.Context) error { a.pool.Close(); return nil })
 	if err := a.pool.Ping(ctx); err != nil {
-		return a, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	if _, err := migrations.New(a.pool, log).Up(ctx); err != nil {
-		return a, fmt.Errorf("migrate: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
-	if err := createSchema(ctx, a.pool); err != nil {
-		return a, err
-	}
+	return createSchema(ctx, a.pool)
+}
 
-	a.topo = newTopology(o.amqpURL, a.runID)
-	if err := a.topo.declare(); err != nil {
-		return a, err
-	}
-	a.onClose("delete RabbitMQ topology", func(context.Context) error { return a.topo.delete() })
-	fmt.Fprintf(progress, "RabbitMQ at %s: exchange %s, queue %s (dead letters: %s)\n",
-		amqpprovider.RedactURL(o.amqpURL), a.topo.Exchange, a.topo.Queue, a.topo.DeadLetterQueue)
-
+// startOutbox builds the providers (the email provider, the RabbitMQ
+// publisher), the intents client that records with them, and starts the
+// dispatcher that performs them.
+func (a *app) startOutbox(ctx context.Context, o options, log *slog.Logger, progress io.Writer) error {
 	email, err := a.emailProvider(o, progress)
 	if err != nil {
-		return a, err
+		return err
 	}
 	publisher, err := amqpprovider.New(amqpprovider.Config{URL: o.amqpURL, Logger: log})
 	if err != nil {
-		return a, err
+		return err
 	}
 	a.onClose("close RabbitMQ publisher", func(context.Context) error { return publisher.Close() })
 	registry, err := providers.NewRegistry(publisher, email)
 	if err != nil {
-		return a, err
+		return err
 	}
 	if a.client, err = intents.NewClient(a.pool, &intents.Config{Providers: registry, Logger: log}); err != nil {
-		return a, err
+		return err
 	}
 
 	d, err := dispatcher.New(a.pool, &dispatcher.Config{
@@ -137,21 +160,13 @@ func start(ctx context.Context, o options, log *slog.Logger, progress io.Writer)
 		Logger:            log,
 	})
 	if err != nil {
-		return a, err
+		return err
 	}
 	if err := d.Start(ctx); err != nil {
-		return a, fmt.Errorf("start the dispatcher: %w", err)
+		return fmt.Errorf("start the dispatcher: %w", err)
 	}
 	a.onClose("stop the dispatcher", d.Stop)
-
-	if err := a.startTagger(o, log); err != nil {
-		return a, err
-	}
-	if err := a.startHTTP(o, log); err != nil {
-		return a, err
-	}
-	fmt.Fprintf(progress, "API at %s; dispatcher and tagger running\n", a.baseURL())
-	return a, nil
+	return nil
 }
 
 // createSchema creates the example's tables if they do not exist.

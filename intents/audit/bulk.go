@@ -104,104 +104,127 @@ type BulkResult struct {
 // far.
 func (s *Store) ActAll(ctx context.Context, f Filter, a BulkAction, dryRun bool, progress func(BulkItem)) (BulkResult, error) {
 	res := BulkResult{DryRun: dryRun, Items: []BulkItem{}}
-	if len(f.States) == 0 {
-		return res, filterError("States", "a bulk action needs the states to act on (in_doubt, say)")
-	}
-	if strings.TrimSpace(a.Reason) == "" {
-		return res, inputError("reason", "a bulk action needs a reason, for every intent's event log")
-	}
-	// Each intent's action id is ActionID:<intent id>: checked here at the
-	// longest it can be, so that no intent is refused for it after others
-	// were acted on.
-	probe := Action{Kind: a.Kind, IntentID: 1, As: a.As, Actor: a.Actor, Reason: a.Reason}
-	if a.ActionID != "" {
-		probe.ActionID = fmt.Sprintf("%s:%d", a.ActionID, int64(math.MaxInt64))
-	}
-	if err := probe.Validate(); err != nil {
+	if err := a.check(f); err != nil {
 		return res, err
 	}
-	f.Cursor, f.Limit = "", MaxPageSize
-	if err := f.Validate(); err != nil {
+	listed, err := s.listForBulk(ctx, f)
+	if err != nil {
 		return res, err
-	}
-	var listed []intenttype.Intent
-	for {
-		page, err := s.List(ctx, f)
-		if err != nil {
-			return res, err
-		}
-		listed = append(listed, page.Intents...)
-		if len(listed) > MaxBulkIntents {
-			return res, inputError("filter", "matches more than %d intents: narrow it (by --created-since or --kind, say)", MaxBulkIntents)
-		}
-		if page.NextCursor == "" {
-			break
-		}
-		f.Cursor = page.NextCursor
 	}
 	res.Matched = len(listed)
-	to := a.target()
 	if a.ActionID == "" {
 		a.ActionID = newActionID()
 	}
 	for _, in := range listed {
-		item := BulkItem{IntentID: in.ID, Kind: in.Kind, From: in.State, To: to, Version: in.Version()}
-		guard := in.Version()
-		if a.Seen != nil {
-			seen, ok := a.Seen[in.ID]
-			if !ok {
-				item.Outcome, item.Why = BulkRefused, "not among the intents seen: it matches the filter only now"
-				res.Refused++
-				res.Items = append(res.Items, item)
-				if progress != nil {
-					progress(item)
-				}
-				continue
-			}
-			guard = seen
-		}
-		if err := ctx.Err(); err != nil {
+		item, err := s.actOne(ctx, a, in, dryRun)
+		if err != nil {
 			return res, err
 		}
-		if dryRun {
-			if why := a.refusal(in); why == "" && guard != in.Version() {
-				item.Outcome, item.Why = BulkRefused, fmt.Sprintf("it changed since it was seen (seen at version %s, now %s)", guard, in.Version())
-			} else if why != "" {
-				item.Outcome, item.Why = BulkRefused, why
-			} else {
-				item.Outcome = BulkWould
-			}
-		} else {
-			_, err := s.Act(ctx, Action{Kind: a.Kind, IntentID: in.ID, As: a.As, Actor: a.Actor, Reason: a.Reason, IfState: in.State,
-				IfVersion: &guard, ActionID: fmt.Sprintf("%s:%d", a.ActionID, in.ID)})
-			var te *TransitionError
-			switch {
-			case err == nil:
-				item.Outcome = BulkDone
-			case errors.As(err, &te), errors.Is(err, ErrNotFound):
-				item.Outcome, item.Why = BulkRefused, err.Error()
-			case ctx.Err() != nil:
-				return res, ctx.Err()
-			default:
-				item.Outcome, item.Why = BulkError, err.Error()
-			}
-		}
-		switch item.Outcome {
-		case BulkDone:
-			res.Done++
-		case BulkWould:
-			res.Would++
-		case BulkRefused:
-			res.Refused++
-		default:
-			res.Errors++
-		}
-		res.Items = append(res.Items, item)
+		res.count(item)
 		if progress != nil {
 			progress(item)
 		}
 	}
 	return res, nil
+}
+
+// check refuses a bulk action over every state, or without a reason, or
+// whose per-intent action id would be refused (ActionID:<intent id>,
+// checked at the longest it can be, so that no intent is refused for it
+// after others were acted on).
+func (a BulkAction) check(f Filter) error {
+	if len(f.States) == 0 {
+		return filterError("States", "a bulk action needs the states to act on (in_doubt, say)")
+	}
+	if strings.TrimSpace(a.Reason) == "" {
+		return inputError("reason", "a bulk action needs a reason, for every intent's event log")
+	}
+	probe := Action{Kind: a.Kind, IntentID: 1, As: a.As, Actor: a.Actor, Reason: a.Reason}
+	if a.ActionID != "" {
+		probe.ActionID = fmt.Sprintf("%s:%d", a.ActionID, int64(math.MaxInt64))
+	}
+	return probe.Validate()
+}
+
+// listForBulk lists every intent f matches, refusing more than
+// MaxBulkIntents before anything is changed.
+func (s *Store) listForBulk(ctx context.Context, f Filter) ([]intenttype.Intent, error) {
+	f.Cursor, f.Limit = "", MaxPageSize
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	var listed []intenttype.Intent
+	for {
+		page, err := s.List(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		listed = append(listed, page.Intents...)
+		if len(listed) > MaxBulkIntents {
+			return nil, inputError("filter", "matches more than %d intents: narrow it (by --created-since or --kind, say)", MaxBulkIntents)
+		}
+		if page.NextCursor == "" {
+			return listed, nil
+		}
+		f.Cursor = page.NextCursor
+	}
+}
+
+// actOne acts on one listed intent (or, with dryRun, says what it would
+// do), guarded by the version it was seen at; the error is only ctx's.
+func (s *Store) actOne(ctx context.Context, a BulkAction, in intenttype.Intent, dryRun bool) (BulkItem, error) {
+	item := BulkItem{IntentID: in.ID, Kind: in.Kind, From: in.State, To: a.target(), Version: in.Version()}
+	guard := in.Version()
+	if a.Seen != nil {
+		seen, ok := a.Seen[in.ID]
+		if !ok {
+			item.Outcome, item.Why = BulkRefused, "not among the intents seen: it matches the filter only now"
+			return item, nil
+		}
+		guard = seen
+	}
+	if err := ctx.Err(); err != nil {
+		return item, err
+	}
+	if dryRun {
+		if why := a.refusal(in); why == "" && guard != in.Version() {
+			item.Outcome, item.Why = BulkRefused, fmt.Sprintf("it changed since it was seen (seen at version %s, now %s)", guard, in.Version())
+		} else if why != "" {
+			item.Outcome, item.Why = BulkRefused, why
+		} else {
+			item.Outcome = BulkWould
+		}
+		return item, nil
+	}
+	_, err := s.Act(ctx, Action{Kind: a.Kind, IntentID: in.ID, As: a.As, Actor: a.Actor, Reason: a.Reason, IfState: in.State,
+		IfVersion: &guard, ActionID: fmt.Sprintf("%s:%d", a.ActionID, in.ID)})
+	var te *TransitionError
+	switch {
+	case err == nil:
+		item.Outcome = BulkDone
+	case errors.As(err, &te), errors.Is(err, ErrNotFound):
+		item.Outcome, item.Why = BulkRefused, err.Error()
+	case ctx.Err() != nil:
+		return item, ctx.Err()
+	default:
+		item.Outcome, item.Why = BulkError, err.Error()
+	}
+	return item, nil
+}
+
+// count adds item to the result.
+func (res *BulkResult) count(item BulkItem) {
+	switch item.Outcome {
+	case BulkDone:
+		res.Done++
+	case BulkWould:
+		res.Would++
+	case BulkRefused:
+		res.Refused++
+	default:
+		res.Errors++
+	}
+	res.Items = append(res.Items, item)
 }
 
 // target is the state a moves an intent to.

@@ -122,84 +122,106 @@ func (c *Config) withDefaults() (*Config, error) {
 		return nil, fmt.Errorf("%w: Config is required", ErrInvalidConfig)
 	}
 	out := *c
-	bad := func(format string, args ...any) (*Config, error) {
-		return nil, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
-	if strings.TrimSpace(out.URL) == "" {
-		return bad("Config.URL is required")
-	}
-	for _, part := range strings.Split(out.URL, ",") {
-		if u, err := url.Parse(strings.TrimSpace(part)); err != nil || u.Host == "" {
-			return bad("Config.URL must be one or more server URLs such as nats://127.0.0.1:4222, separated by commas")
+	for _, step := range []func() error{out.checkNames, out.defaultCounts, out.defaultDurations} {
+		if err := step(); err != nil {
+			return nil, err
 		}
-	}
-	if !validName(out.Stream) {
-		return bad("Config.Stream %q is required and must not contain whitespace, '.', '*', '>', '/' or '\\'", out.Stream)
-	}
-	if !validName(out.Durable) {
-		return bad("Config.Durable %q is required and must not contain whitespace, '.', '*', '>', '/' or '\\'", out.Durable)
-	}
-	if out.Consumer == "" {
-		out.Consumer = out.Durable
-	}
-	if len(out.Consumer) > intents.MaxConsumerLength || !consumerNamePattern.MatchString(out.Consumer) {
-		return bad("Config.Consumer %q (defaulting to Durable) must be 1 to %d letters, digits, '_', '.' or '-'", out.Consumer, intents.MaxConsumerLength)
-	}
-	if strings.IndexFunc(out.FilterSubject, func(r rune) bool { return r <= ' ' }) >= 0 {
-		return bad("Config.FilterSubject %q must not contain whitespace", out.FilterSubject)
-	}
-	if out.Handler == nil {
-		return bad("Config.Handler is required")
-	}
-	ints := []struct {
-		name string
-		v    *int
-		def  int
-	}{{"MaxDeliver", &out.MaxDeliver, DefaultMaxDeliver}, {"Concurrency", &out.Concurrency, DefaultConcurrency}}
-	for _, f := range ints {
-		if *f.v < 0 {
-			return bad("Config.%s must be positive, got %d", f.name, *f.v)
-		}
-		if *f.v == 0 {
-			*f.v = f.def
-		}
-	}
-	if out.Batch < 0 {
-		return bad("Config.Batch must be positive, got %d", out.Batch)
-	}
-	if out.Batch == 0 {
-		out.Batch = out.Concurrency
-	}
-	durations := []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"AckWait", &out.AckWait, DefaultAckWait},
-		{"RedeliveryDelay", &out.RedeliveryDelay, DefaultRedeliveryDelay},
-		{"RedeliveryDelayMax", &out.RedeliveryDelayMax, DefaultRedeliveryDelayMax},
-		{"ReconnectDelay", &out.ReconnectDelay, DefaultReconnectDelay},
-		{"ReconnectDelayMax", &out.ReconnectDelayMax, DefaultReconnectDelayMax},
-		{"AckTimeout", &out.AckTimeout, DefaultAckTimeout},
-	}
-	for _, f := range durations {
-		if *f.v < 0 {
-			return bad("Config.%s must be positive, got %s", f.name, *f.v)
-		}
-		if *f.v == 0 {
-			*f.v = f.def
-		}
-	}
-	if out.RedeliveryDelayMax < out.RedeliveryDelay {
-		return bad("Config.RedeliveryDelayMax (%s) is less than Config.RedeliveryDelay (%s)", out.RedeliveryDelayMax, out.RedeliveryDelay)
-	}
-	if out.ReconnectDelayMax < out.ReconnectDelay {
-		return bad("Config.ReconnectDelayMax (%s) is less than Config.ReconnectDelay (%s)", out.ReconnectDelayMax, out.ReconnectDelay)
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &out, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+}
+
+// checkNames checks what names the server, the stream, the consumers and
+// the handler.
+func (c *Config) checkNames() error {
+	if strings.TrimSpace(c.URL) == "" {
+		return invalid("Config.URL is required")
+	}
+	for _, part := range strings.Split(c.URL, ",") {
+		if u, err := url.Parse(strings.TrimSpace(part)); err != nil || u.Host == "" {
+			return invalid("Config.URL must be one or more server URLs such as nats://127.0.0.1:4222, separated by commas")
+		}
+	}
+	if !validName(c.Stream) {
+		return invalid("Config.Stream %q is required and must not contain whitespace, '.', '*', '>', '/' or '\\'", c.Stream)
+	}
+	if !validName(c.Durable) {
+		return invalid("Config.Durable %q is required and must not contain whitespace, '.', '*', '>', '/' or '\\'", c.Durable)
+	}
+	if c.Consumer == "" {
+		c.Consumer = c.Durable
+	}
+	if len(c.Consumer) > intents.MaxConsumerLength || !consumerNamePattern.MatchString(c.Consumer) {
+		return invalid("Config.Consumer %q (defaulting to Durable) must be 1 to %d letters, digits, '_', '.' or '-'", c.Consumer, intents.MaxConsumerLength)
+	}
+	if strings.IndexFunc(c.FilterSubject, func(r rune) bool { return r <= ' ' }) >= 0 {
+		return invalid("Config.FilterSubject %q must not contain whitespace", c.FilterSubject)
+	}
+	if c.Handler == nil {
+		return invalid("Config.Handler is required")
+	}
+	return nil
+}
+
+// defaultCounts fills MaxDeliver, Concurrency and Batch (one fetch fills
+// every worker) when zero.
+func (c *Config) defaultCounts() error {
+	ints := []struct {
+		name string
+		v    *int
+		def  int
+	}{{"MaxDeliver", &c.MaxDeliver, DefaultMaxDeliver}, {"Concurrency", &c.Concurrency, DefaultConcurrency}}
+	for _, f := range ints {
+		if *f.v < 0 {
+			return invalid("Config.%s must be positive, got %d", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if c.Batch < 0 {
+		return invalid("Config.Batch must be positive, got %d", c.Batch)
+	}
+	if c.Batch == 0 {
+		c.Batch = c.Concurrency
+	}
+	return nil
+}
+
+func (c *Config) defaultDurations() error {
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"AckWait", &c.AckWait, DefaultAckWait},
+		{"RedeliveryDelay", &c.RedeliveryDelay, DefaultRedeliveryDelay},
+		{"RedeliveryDelayMax", &c.RedeliveryDelayMax, DefaultRedeliveryDelayMax},
+		{"ReconnectDelay", &c.ReconnectDelay, DefaultReconnectDelay},
+		{"ReconnectDelayMax", &c.ReconnectDelayMax, DefaultReconnectDelayMax},
+		{"AckTimeout", &c.AckTimeout, DefaultAckTimeout},
+	}
+	for _, f := range durations {
+		if *f.v < 0 {
+			return invalid("Config.%s must be positive, got %s", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if c.RedeliveryDelayMax < c.RedeliveryDelay {
+		return invalid("Config.RedeliveryDelayMax (%s) is less than Config.RedeliveryDelay (%s)", c.RedeliveryDelayMax, c.RedeliveryDelay)
+	}
+	if c.ReconnectDelayMax < c.ReconnectDelay {
+		return invalid("Config.ReconnectDelayMax (%s) is less than Config.ReconnectDelay (%s)", c.ReconnectDelayMax, c.ReconnectDelay)
+	}
+	return nil
 }
 
 // validName reports whether s is a valid JetStream stream or consumer name.

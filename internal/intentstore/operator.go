@@ -86,76 +86,15 @@ func (s *Store) act(ctx context.Context, a OperatorAction, allowed []intenttype.
 
 func (s *Store) actTx(ctx context.Context, a OperatorAction, allowed []intenttype.State) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var current intenttype.State
-		var mayHaveActed, applied bool
-		var now intenttype.Version
-		err := tx.QueryRow(ctx, lockForOperatorSQL, pgx.NamedArgs{"id": a.IntentID}).
-			Scan(&current, &mayHaveActed, &now.KeyGeneration, &now.AttemptCount)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: no intent has id %d", intenttype.ErrNotFound, a.IntentID)
+		seen, err := lockForAction(ctx, tx, a)
+		if err != nil || seen.applied {
+			return err // applied: this action's event is there
 		}
+		to, err := a.target(seen, allowed)
 		if err != nil {
 			return err
 		}
-		if a.ActionID != "" {
-			if err := tx.QueryRow(ctx, actionAppliedSQL, pgx.NamedArgs{"id": a.IntentID, "action_id": a.ActionID}).Scan(&applied); err != nil {
-				return err
-			}
-		}
-		if applied {
-			return nil // this action's event is there: it was applied
-		}
-		refuse := &intenttype.TransitionError{IntentID: a.IntentID, From: current, Action: string(a.Kind), Allowed: allowed}
-		switch {
-		case a.IfVersion != nil && *a.IfVersion != now:
-			refuse.Seen, refuse.Now = a.IfVersion, now
-			return refuse
-		case a.IfState != "" && current != a.IfState:
-			refuse.Expected = a.IfState
-			return refuse
-		case !slices.Contains(allowed, current):
-			if current == intenttype.StateDispatching {
-				refuse.Why = "an attempt is in flight: wait for its outcome"
-			}
-			return refuse
-		case a.Kind == intenttype.ActionCancel && mayHaveActed:
-			refuse.Why = "an earlier attempt may have reached the provider, so it cannot be cancelled as if nothing happened: it will end succeeded, or in_doubt for an operator to resolve"
-			return refuse
-		}
-		to := intenttype.StateCancelled
-		switch a.Kind {
-		case intenttype.ActionResend:
-			to = intenttype.StatePending
-		case intenttype.ActionResolve:
-			to = a.To
-		}
-		if !intenttype.CanTransition(current, to, intenttype.ActorOperator) {
-			return refuse
-		}
-		// Only a resolve as succeeded sets the provider's reference.
-		var ref *string
-		if a.ProviderRef != "" && to == intenttype.StateSucceeded {
-			ref = &a.ProviderRef
-		}
-		if a.Kind == intenttype.ActionResend {
-			_, err = tx.Exec(ctx, resendSQL, pgx.NamedArgs{"id": a.IntentID})
-		} else {
-			_, err = tx.Exec(ctx, finishSQL, pgx.NamedArgs{"id": a.IntentID, "to": to, "provider_ref": ref})
-		}
-		if err != nil {
-			return err
-		}
-		reason := a.Reason
-		if ref != nil {
-			reason += fmt.Sprintf(" (provider reference set: %s)", *ref)
-		}
-		if _, err := tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": current, "to": to, "reason": reason, "action_id": nullString(a.ActionID)}); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "outbox_events_action_idx" {
-				// The same action, run at once elsewhere, committed first
-				// (the lock's snapshot could not show its event).
-				return errApplied
-			}
+		if err := s.apply(ctx, tx, a, seen.state, to); err != nil {
 			return err
 		}
 		if a.Kind == intenttype.ActionResend {
@@ -172,6 +111,95 @@ func (s *Store) actTx(ctx context.Context, a OperatorAction, allowed []intenttyp
 		}
 		return nil
 	})
+}
+
+// actedOn is an intent as an operator's action found it under its row
+// lock.
+type actedOn struct {
+	state        intenttype.State
+	mayHaveActed bool
+	version      intenttype.Version
+	// applied: the action's event is there already (its identity).
+	applied bool
+}
+
+func lockForAction(ctx context.Context, tx pgx.Tx, a OperatorAction) (actedOn, error) {
+	var seen actedOn
+	err := tx.QueryRow(ctx, lockForOperatorSQL, pgx.NamedArgs{"id": a.IntentID}).
+		Scan(&seen.state, &seen.mayHaveActed, &seen.version.KeyGeneration, &seen.version.AttemptCount)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return seen, fmt.Errorf("%w: no intent has id %d", intenttype.ErrNotFound, a.IntentID)
+	}
+	if err != nil || a.ActionID == "" {
+		return seen, err
+	}
+	err = tx.QueryRow(ctx, actionAppliedSQL, pgx.NamedArgs{"id": a.IntentID, "action_id": a.ActionID}).Scan(&seen.applied)
+	return seen, err
+}
+
+// target is the state a moves the intent it found as seen to, or the
+// *intenttype.TransitionError that refuses it: changed since the operator
+// saw it, in a state the action is not allowed from (an attempt in flight
+// among them), or, for a cancel, after an attempt that may have acted.
+func (a OperatorAction) target(seen actedOn, allowed []intenttype.State) (intenttype.State, error) {
+	refuse := &intenttype.TransitionError{IntentID: a.IntentID, From: seen.state, Action: string(a.Kind), Allowed: allowed}
+	switch {
+	case a.IfVersion != nil && *a.IfVersion != seen.version:
+		refuse.Seen, refuse.Now = a.IfVersion, seen.version
+		return "", refuse
+	case a.IfState != "" && seen.state != a.IfState:
+		refuse.Expected = a.IfState
+		return "", refuse
+	case !slices.Contains(allowed, seen.state):
+		if seen.state == intenttype.StateDispatching {
+			refuse.Why = "an attempt is in flight: wait for its outcome"
+		}
+		return "", refuse
+	case a.Kind == intenttype.ActionCancel && seen.mayHaveActed:
+		refuse.Why = "an earlier attempt may have reached the provider, so it cannot be cancelled as if nothing happened: it will end succeeded, or in_doubt for an operator to resolve"
+		return "", refuse
+	}
+	to := intenttype.StateCancelled
+	switch a.Kind {
+	case intenttype.ActionResend:
+		to = intenttype.StatePending
+	case intenttype.ActionResolve:
+		to = a.To
+	}
+	if !intenttype.CanTransition(seen.state, to, intenttype.ActorOperator) {
+		return "", refuse
+	}
+	return to, nil
+}
+
+// apply moves the intent from to to and appends the action's event, with
+// its identity: errApplied when the same action, run at once elsewhere,
+// committed its event first (the lock's snapshot could not show it).
+func (s *Store) apply(ctx context.Context, tx pgx.Tx, a OperatorAction, from, to intenttype.State) error {
+	// Only a resolve as succeeded sets the provider's reference.
+	var ref *string
+	if a.ProviderRef != "" && to == intenttype.StateSucceeded {
+		ref = &a.ProviderRef
+	}
+	var err error
+	if a.Kind == intenttype.ActionResend {
+		_, err = tx.Exec(ctx, resendSQL, pgx.NamedArgs{"id": a.IntentID})
+	} else {
+		_, err = tx.Exec(ctx, finishSQL, pgx.NamedArgs{"id": a.IntentID, "to": to, "provider_ref": ref})
+	}
+	if err != nil {
+		return err
+	}
+	reason := a.Reason
+	if ref != nil {
+		reason += fmt.Sprintf(" (provider reference set: %s)", *ref)
+	}
+	_, err = tx.Exec(ctx, insertEventSQL, pgx.NamedArgs{"id": a.IntentID, "actor": a.Actor, "from": from, "to": to, "reason": reason, "action_id": nullString(a.ActionID)})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "outbox_events_action_idx" {
+		return errApplied
+	}
+	return err
 }
 
 // RecordReveal appends to the intent's event log that actor was shown its

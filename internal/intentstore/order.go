@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -193,97 +194,125 @@ func (ib *InsertBatch) plan() *recordPlan {
 		p.states[i], p.fills[i], p.reasons[i], p.keyReasons[i] = string(intenttype.StatePending), "{}", "recorded", "recorded"
 	}
 	order := ib.predecessorsFirst(at)
-	keyCount := map[string]int64{}
+	keys := p.numberKeys(ib, order)
+	held := map[string]bool{} // an earlier intent of the batch holds the key
+	for _, i := range order {
+		found := p.readPredecessors(ib, at, i)
+		p.fills[i] = jsonText(found.fill)
+		p.waitingFor[i] = int32(len(found.waits))
+		p.decide(ib, i, found, held)
+	}
+	p.bumpKeys = slices.Sorted(maps.Keys(keys))
+	for _, k := range p.bumpKeys {
+		p.bumpCounts = append(p.bumpCounts, keys[k])
+	}
+	return p
+}
+
+// numberKeys sets each keyed intent's place in its key (seqBack: from the
+// key's last number after this batch), in order, and returns how many
+// intents of the batch each key gets.
+func (p *recordPlan) numberKeys(ib *InsertBatch, order []int) map[string]int64 {
+	count := map[string]int64{}
 	for _, i := range order {
 		if k := ib.orders[i].OrderingKey; k != "" {
-			keyCount[k]++
+			count[k]++
 		}
 	}
 	numbered := map[string]int64{}
-	held := map[string]bool{} // an earlier intent of the batch holds the key
 	for _, i := range order {
-		o := ib.orders[i]
-		var why, waits []phrase // why: reasons to cancel, the first one said
-		fill := map[string]string{}
-		for _, a := range o.After {
-			var ref phrase
-			var state intenttype.State
-			var predRef string
-			if a.Stored != nil {
-				ref = lit(fmt.Sprintf("intent %d (%s)", a.Stored.ID, a.Key))
-				state, predRef = a.Stored.State, a.Stored.ProviderRef
-				p.depAfterOrd, p.depAfterIDs = append(p.depAfterOrd, 0), append(p.depAfterIDs, &a.Stored.ID)
-			} else {
-				j, ok := at[a.Key]
-				if !ok {
-					panic(fmt.Sprintf("intentstore: intent %q comes after %q, neither stored (LockPredecessors) nor in the batch", ib.keys[i], a.Key))
-				}
-				ref = cat(lit("intent "), batchRef(j+1), lit(" ("+a.Key+")"))
-				state = intenttype.State(p.states[j]) // decided already: predecessors first
-				p.depAfterOrd, p.depAfterIDs = append(p.depAfterOrd, int64(j+1)), append(p.depAfterIDs, nil)
-			}
-			switch state {
-			case intenttype.StateSucceeded:
-				if len(a.Fill) > 0 && predRef == "" {
-					why = append(why, cat(ref, lit(" it comes after succeeded without a provider reference to fill "+jsonbText(a.Fill))))
-				}
-				for f := range a.Fill {
-					fill[f] = predRef
-				}
-			case intenttype.StateFailed, intenttype.StateCancelled:
-				why = append(why, cat(ref, lit(" it comes after is "+string(state))))
-			default:
-				waits = append(waits, cat(ref, lit(" to succeed")))
-			}
-			p.depOrds = append(p.depOrds, int64(i+1))
-			p.depFills = append(p.depFills, jsonText(a.Fill))
-			p.depDone = append(p.depDone, state.Terminal())
+		if k := ib.orders[i].OrderingKey; k != "" {
+			p.orderKeys[i] = &ib.orders[i].OrderingKey
+			numbered[k]++
+			p.seqBack[i] = count[k] - numbered[k]
 		}
-		p.fills[i] = jsonText(fill)
-		p.waitingFor[i] = int32(len(waits))
-		key := o.OrderingKey
-		if key != "" {
-			p.orderKeys[i] = &o.OrderingKey
-			numbered[key]++
-			p.seqBack[i] = keyCount[key] - numbered[key]
+	}
+	return count
+}
+
+// predecessors is what an intent's predecessors say about it: the reasons
+// to cancel it (the first one is said), what it waits for, and the fields
+// their results fill.
+type predecessors struct {
+	why, waits []phrase
+	fill       map[string]string
+}
+
+// readPredecessors reads the predecessors of the batch's intent i, stored
+// (as LockPredecessors found them) or of the batch (decided already:
+// predecessors first), and adds its dependency rows.
+func (p *recordPlan) readPredecessors(ib *InsertBatch, at map[string]int, i int) predecessors {
+	found := predecessors{fill: map[string]string{}}
+	for _, a := range ib.orders[i].After {
+		var ref phrase
+		var state intenttype.State
+		var predRef string
+		if a.Stored != nil {
+			ref = lit(fmt.Sprintf("intent %d (%s)", a.Stored.ID, a.Key))
+			state, predRef = a.Stored.State, a.Stored.ProviderRef
+			p.depAfterOrd, p.depAfterIDs = append(p.depAfterOrd, 0), append(p.depAfterIDs, &a.Stored.ID)
+		} else {
+			j, ok := at[a.Key]
+			if !ok {
+				panic(fmt.Sprintf("intentstore: intent %q comes after %q, neither stored (LockPredecessors) nor in the batch", ib.keys[i], a.Key))
+			}
+			ref = cat(lit("intent "), batchRef(j+1), lit(" ("+a.Key+")"))
+			state = intenttype.State(p.states[j])
+			p.depAfterOrd, p.depAfterIDs = append(p.depAfterOrd, int64(j+1)), append(p.depAfterIDs, nil)
 		}
-		keyWait := lit("the earlier intents of ordering key " + key + " to finish")
-		var reason, keyReason phrase
-		switch {
-		case len(why) > 0:
-			p.states[i] = string(intenttype.StateCancelled)
-			reason = cat(lit("recorded cancelled: "), why[0])
-			keyReason = reason
-			p.cancelled = append(p.cancelled, ib.keys[i])
-		case key != "" && held[key]:
-			p.states[i] = string(intenttype.StateWaiting)
-			reason = cat(lit("recorded; waits for "), join(append(waits, keyWait), ", and "))
-			keyReason = reason
-		case len(waits) > 0:
-			p.states[i] = string(intenttype.StateWaiting)
-			reason = cat(lit("recorded; waits for "), join(waits, ", and "))
-			keyReason = cat(reason, lit(", and "), keyWait)
+		switch state {
+		case intenttype.StateSucceeded:
+			if len(a.Fill) > 0 && predRef == "" {
+				found.why = append(found.why, cat(ref, lit(" it comes after succeeded without a provider reference to fill "+jsonbText(a.Fill))))
+			}
+			for f := range a.Fill {
+				found.fill[f] = predRef
+			}
+		case intenttype.StateFailed, intenttype.StateCancelled:
+			found.why = append(found.why, cat(ref, lit(" it comes after is "+string(state))))
 		default:
-			reason = lit("recorded")
-			keyReason = cat(lit("recorded; waits for "), keyWait)
+			found.waits = append(found.waits, cat(ref, lit(" to succeed")))
 		}
-		if key != "" && len(why) == 0 {
-			// Checked against the intents recorded before only when nothing
-			// of the batch holds it already.
-			p.keyChecks[i] = !held[key]
-			held[key] = true
-		}
-		p.templated[i] = keyReason.refs
-		p.reasons[i], p.keyReasons[i] = reason.text(keyReason.refs), keyReason.text(keyReason.refs)
+		p.depOrds = append(p.depOrds, int64(i+1))
+		p.depFills = append(p.depFills, jsonText(a.Fill))
+		p.depDone = append(p.depDone, state.Terminal())
 	}
-	for k := range keyCount {
-		p.bumpKeys = append(p.bumpKeys, k)
+	return found
+}
+
+// decide sets the batch's intent i's recorded state and reasons from what
+// its predecessors say and from whether an earlier intent of the batch
+// holds its ordering key (held, which it updates).
+func (p *recordPlan) decide(ib *InsertBatch, i int, found predecessors, held map[string]bool) {
+	key := ib.orders[i].OrderingKey
+	keyWait := lit("the earlier intents of ordering key " + key + " to finish")
+	var reason, keyReason phrase
+	switch {
+	case len(found.why) > 0:
+		p.states[i] = string(intenttype.StateCancelled)
+		reason = cat(lit("recorded cancelled: "), found.why[0])
+		keyReason = reason
+		p.cancelled = append(p.cancelled, ib.keys[i])
+	case key != "" && held[key]:
+		p.states[i] = string(intenttype.StateWaiting)
+		reason = cat(lit("recorded; waits for "), join(append(found.waits, keyWait), ", and "))
+		keyReason = reason
+	case len(found.waits) > 0:
+		p.states[i] = string(intenttype.StateWaiting)
+		reason = cat(lit("recorded; waits for "), join(found.waits, ", and "))
+		keyReason = cat(reason, lit(", and "), keyWait)
+	default:
+		reason = lit("recorded")
+		keyReason = cat(lit("recorded; waits for "), keyWait)
 	}
-	slices.Sort(p.bumpKeys)
-	for _, k := range p.bumpKeys {
-		p.bumpCounts = append(p.bumpCounts, keyCount[k])
+	if key != "" && len(found.why) == 0 {
+		// Checked against the intents recorded before only when nothing
+		// of the batch holds it already.
+		p.keyChecks[i] = !held[key]
+		held[key] = true
 	}
-	return p
+	p.templated[i] = keyReason.refs
+	p.reasons[i], p.keyReasons[i] = reason.text(keyReason.refs), keyReason.text(keyReason.refs)
 }
 
 // phrase is a piece of a reason: its text, and the same as a format()

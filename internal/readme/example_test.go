@@ -19,6 +19,7 @@ import (
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/amqpconsumer"
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
@@ -74,9 +75,24 @@ func Example_consume() {
 	}
 	// readme:consume end
 
+	// readme:state begin
+	trail, err := audit.New(pool, registry)
+	if err != nil {
+		log.Fatal(err)
+	}
+	page, err := trail.List(ctx, audit.Filter{Reference: noteID})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, in := range page.Intents { // payloads redacted
+		fmt.Printf("%s for %s: %s\n", in.Kind, in.Reference, in.State) // pending until a dispatcher performs it
+	}
+	// readme:state end
+
 	// Output:
 	// duplicate: false, intents recorded: 1
 	// duplicate: true, intents recorded: 0
+	// sendgrid.email for note-1: pending
 }
 
 // runDispatcher is the README's dispatcher in a process of your own.

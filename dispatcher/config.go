@@ -190,7 +190,8 @@ type Config struct {
 	// windows, claims, look-ups due. Defaults to time.Now.
 	Now func() time.Time
 
-	// Logger receives one line per attempt outcome. Defaults to discarding.
+	// Logger receives one line per attempt outcome, and River's own logs.
+	// Defaults to slog.Default(); slog.New(slog.DiscardHandler) discards.
 	Logger *slog.Logger
 
 	// TracerProvider traces dispatching: every attempt runs in an
@@ -232,7 +233,7 @@ func (c *Config) withDefaults() (*Config, error) {
 		out.Now = time.Now
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	return &out, nil
 }

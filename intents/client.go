@@ -60,7 +60,8 @@ type Config struct {
 	// its FetchCooldown, 100ms).
 	NotifyCooldown time.Duration
 
-	// Logger receives retry warnings. Defaults to discarding.
+	// Logger receives retry warnings. Defaults to slog.Default();
+	// slog.New(slog.DiscardHandler) discards.
 	Logger *slog.Logger
 
 	// TracerProvider traces consuming: Consume, ConsumeTx and each message
@@ -107,7 +108,7 @@ func (c *Config) withDefaults() (*Config, error) {
 		return nil, fmt.Errorf("intents: Config.NotifyCooldown must be positive, got %s", out.NotifyCooldown)
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	return &out, nil
 }

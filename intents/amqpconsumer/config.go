@@ -115,7 +115,7 @@ type Config struct {
 	// reconnects by itself).
 	AMQPConfig *amqp.Config
 	// Logger receives connection events and per-message problems.
-	// Defaults to discarding.
+	// Defaults to slog.Default(); slog.New(slog.DiscardHandler) discards.
 	Logger *slog.Logger
 }
 
@@ -186,7 +186,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, invalid("Config.AMQPConfig.Recovery must be nil: the consumer reconnects by itself")
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	return c, nil
 }

@@ -102,7 +102,7 @@ type Config struct {
 	// file), applied after the consumer's own.
 	Options []nats.Option
 	// Logger receives connection events, refused and given-up messages.
-	// Defaults to discarding.
+	// Defaults to slog.Default(); slog.New(slog.DiscardHandler) discards.
 	Logger *slog.Logger
 }
 
@@ -128,7 +128,7 @@ func (c *Config) withDefaults() (*Config, error) {
 		}
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	return &out, nil
 }

@@ -221,103 +221,139 @@ type listBody struct {
 func (s *Server) listPage(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	paused, perr := takeRefresh(q)
-	body := listBody{Form: q, Checked: map[string]bool{}, States: intenttype.States, Paused: paused}
 	f, ferr := parseFilter(q, s.cfg.Now())
 	if perr != nil {
 		ferr = perr
 	}
-	status := http.StatusOK
-	// withRefresh keeps a paused page paused across its links.
-	withRefresh := func(v url.Values) url.Values {
-		if paused {
-			v.Set(refreshParam, "off")
-		}
-		return v
-	}
+	links := listLinks{filter: f, paused: paused}
 	if ferr == nil && hasEmpty(q) {
 		// A submitted filter form sends every field: keep the URL short.
-		clean := withRefresh(filterQuery(f))
-		if f.Cursor != "" {
-			clean.Set("cursor", f.Cursor)
-		}
-		http.Redirect(w, r, "/?"+clean.Encode(), http.StatusSeeOther)
+		http.Redirect(w, r, links.at(f.Cursor), http.StatusSeeOther)
 		return nil
 	}
-	// The activity chart is the page's longest read (it rolls up what
-	// finished since the last roll-up, then reads the backlog): it runs
-	// beside the others, on a connection of its own.
 	now := s.cfg.Now()
-	since := now.Truncate(chartBucket).Add(-(chartBuckets - 1) * chartBucket)
-	type activityResult struct {
-		a   audit.Activity
-		err error
-	}
-	activityDone := make(chan activityResult, 1)
-	go func() {
-		a, err := s.cfg.Audit.Activity(r.Context(), since, chartBucket, chartBuckets)
-		activityDone <- activityResult{a, err}
-	}()
+	activity := s.readActivity(r.Context(), now)
 	stats, err := s.cfg.Audit.Stats(r.Context())
 	if err != nil {
 		return err
 	}
+	body := listBody{Form: q, Checked: map[string]bool{}, States: intenttype.States, Paused: paused}
 	body.Kinds = kindChoices(s.cfg.Audit.Kinds(), stats, f.Kinds)
 	body.Providers = providerChoices(s.cfg.Audit.Providers(), f.Providers)
 	if ferr == nil {
 		// The choices are all there is: a value that is none of them would
 		// silently match nothing.
-		ferr = checkChoices("kind", f.Kinds, body.Kinds)
+		ferr = checkListChoices(f, body.Kinds, body.Providers)
 	}
-	if ferr == nil {
-		ferr = checkChoices("provider", f.Providers, body.Providers)
-	}
+	status := http.StatusOK
 	if ferr != nil {
 		var reqErr *requestError
 		if !errors.As(ferr, &reqErr) {
 			return ferr
 		}
-		body.Error = reqErr.Msg
-		status = reqErr.Status
+		body.Error, status = reqErr.Msg, reqErr.Status
 	}
-	for _, st := range f.States {
-		body.Checked[string(st)] = true
-	}
-	for _, st := range intenttype.States {
-		n := stats.ByState[st]
-		body.Total += n
-		body.Counts = append(body.Counts, stateCount{State: st, Count: n, Active: len(f.States) == 1 && f.States[0] == st})
-	}
-	body.Oldest = stats.OldestPendingAge
+	body.countStates(f, stats)
 	if ferr == nil {
-		page, err := s.cfg.Audit.List(r.Context(), f)
-		if err != nil {
-			if !errors.Is(err, audit.ErrInvalidFilter) {
-				return err
-			}
-			body.Error = err.Error()
-			status = http.StatusBadRequest
-		}
-		body.Page = page
-		if page.NextCursor != "" {
-			next := withRefresh(filterQuery(f))
-			next.Set("cursor", page.NextCursor)
-			body.NextURL = "/?" + next.Encode()
-		}
-		if f.Cursor != "" {
-			body.FirstURL = "/?" + withRefresh(filterQuery(f)).Encode()
+		if status, err = s.listIntents(r.Context(), &body, links); err != nil {
+			return err
 		}
 	}
-	activity := <-activityDone
-	if activity.err != nil {
-		return activity.err
+	a := <-activity
+	if a.err != nil {
+		return a.err
 	}
-	body.Chart = newChart(activity.a, now)
+	body.Chart = newChart(a.activity, now)
 	refresh := refreshState{}
 	if status == http.StatusOK {
 		refresh = newRefresh("/", q, paused)
 	}
 	s.renderRefresh(w, r, status, "list.html", "Intents", body, refresh)
 	return nil
+}
+
+// listLinks makes the list's links for a filter, keeping a paused page
+// paused.
+type listLinks struct {
+	filter audit.Filter
+	paused bool
+}
+
+// at links to the page that starts at cursor, the first page for "".
+func (l listLinks) at(cursor string) string {
+	v := filterQuery(l.filter)
+	if l.paused {
+		v.Set(refreshParam, "off")
+	}
+	if cursor != "" {
+		v.Set("cursor", cursor)
+	}
+	return "/?" + v.Encode()
+}
+
+type activityResult struct {
+	activity audit.Activity
+	err      error
+}
+
+// readActivity reads the activity chart's figures up to now, beside the
+// page's other reads and on a connection of its own: it is the page's
+// longest read (it rolls up what finished since the last roll-up, then
+// reads the backlog).
+func (s *Server) readActivity(ctx context.Context, now time.Time) <-chan activityResult {
+	since := now.Truncate(chartBucket).Add(-(chartBuckets - 1) * chartBucket)
+	done := make(chan activityResult, 1)
+	go func() {
+		a, err := s.cfg.Audit.Activity(ctx, since, chartBucket, chartBuckets)
+		done <- activityResult{a, err}
+	}()
+	return done
+}
+
+// checkListChoices refuses a kind or a provider the list offers no choice
+// for.
+func checkListChoices(f audit.Filter, kinds, providers []choice) error {
+	if err := checkChoices("kind", f.Kinds, kinds); err != nil {
+		return err
+	}
+	return checkChoices("provider", f.Providers, providers)
+}
+
+// countStates fills the state filter's boxes and each state's count.
+func (b *listBody) countStates(f audit.Filter, stats audit.Stats) {
+	for _, st := range f.States {
+		b.Checked[string(st)] = true
+	}
+	for _, st := range intenttype.States {
+		n := stats.ByState[st]
+		b.Total += n
+		b.Counts = append(b.Counts, stateCount{State: st, Count: n, Active: len(f.States) == 1 && f.States[0] == st})
+	}
+	b.Oldest = stats.OldestPendingAge
+}
+
+// listIntents reads the page of intents links.filter selects into body,
+// with the links to the next and the first page. A filter the store refuses
+// is shown on the page, with status 400.
+func (s *Server) listIntents(ctx context.Context, body *listBody, links listLinks) (status int, err error) {
+	f := links.filter
+	status = http.StatusOK
+	page, err := s.cfg.Audit.List(ctx, f)
+	if err != nil {
+		if !errors.Is(err, audit.ErrInvalidFilter) {
+			return 0, err
+		}
+		body.Error = err.Error()
+		status = http.StatusBadRequest
+	}
+	body.Page = page
+	if page.NextCursor != "" {
+		body.NextURL = links.at(page.NextCursor)
+	}
+	if f.Cursor != "" {
+		body.FirstURL = links.at("")
+	}
+	return status, nil
 }
 
 func hasEmpty(q url.Values) bool {

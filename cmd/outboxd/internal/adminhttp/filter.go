@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,93 +45,118 @@ func badRequest(field, format string, args ...any) *requestError {
 func parseFilter(q url.Values, now time.Time) (audit.Filter, error) {
 	var f audit.Filter
 	for name := range q {
-		known := false
-		for _, p := range filterParams {
-			known = known || p == name
-		}
-		if !known {
+		if !slices.Contains(filterParams, name) {
 			return f, badRequest(name, "unknown query parameter %q (known: %s)", name, strings.Join(filterParams, ", "))
 		}
 	}
-	list := func(name string) []string {
-		var out []string
-		for _, v := range q[name] {
-			for _, item := range strings.Split(v, ",") {
-				if item = strings.TrimSpace(item); item != "" {
-					out = append(out, item)
-				}
-			}
-		}
-		return out
+	p := filterValues(q)
+	var err error
+	if f.States, err = p.states(); err != nil {
+		return f, err
 	}
-	single := func(name string) (string, error) {
-		var out string
-		for _, v := range q[name] {
-			if v = strings.TrimSpace(v); v == "" {
-				continue
-			}
-			if out != "" && out != v {
-				return "", badRequest(name, "query parameter %q may be given once", name)
-			}
-			out = v
+	f.Kinds = p.list("kind")
+	f.Providers = p.list("provider")
+	for _, field := range []struct {
+		name   string
+		target *string
+	}{{"consumer", &f.Consumer}, {"message_id", &f.MessageID}, {"reference", &f.Reference}, {"cursor", &f.Cursor}} {
+		if *field.target, err = p.single(field.name); err != nil {
+			return f, err
 		}
-		if len(out) > maxRefLength || !printable(out) {
-			return "", badRequest(name, "query parameter %q must be at most %d printable characters", name, maxRefLength)
-		}
-		return out, nil
 	}
-	for _, st := range list("state") {
+	if err := p.created(&f, now); err != nil {
+		return f, err
+	}
+	if f.Limit, err = p.limit(); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// filterValues are a filter's query parameters, read the way parseFilter
+// reads them: empty values ignored.
+type filterValues url.Values
+
+// list is every value of the parameter name, each value split at commas.
+func (q filterValues) list(name string) []string {
+	var out []string
+	for _, v := range q[name] {
+		for _, item := range strings.Split(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				out = append(out, item)
+			}
+		}
+	}
+	return out
+}
+
+// single is the one value of the parameter name, "" when it has none; the
+// same value given twice is given once.
+func (q filterValues) single(name string) (string, error) {
+	var out string
+	for _, v := range q[name] {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if out != "" && out != v {
+			return "", badRequest(name, "query parameter %q may be given once", name)
+		}
+		out = v
+	}
+	if len(out) > maxRefLength || !printable(out) {
+		return "", badRequest(name, "query parameter %q must be at most %d printable characters", name, maxRefLength)
+	}
+	return out, nil
+}
+
+// states are the states asked for; on an unknown one, those before it.
+func (q filterValues) states() ([]intenttype.State, error) {
+	var states []intenttype.State
+	for _, st := range q.list("state") {
 		state := intenttype.State(st)
 		if !state.Valid() {
-			return f, badRequest("state", "unknown state %q (known: %v)", st, intenttype.States)
+			return states, badRequest("state", "unknown state %q (known: %v)", st, intenttype.States)
 		}
-		f.States = append(f.States, state)
+		states = append(states, state)
 	}
-	f.Kinds = list("kind")
-	f.Providers = list("provider")
-	var err error
-	if f.Consumer, err = single("consumer"); err != nil {
-		return f, err
-	}
-	if f.MessageID, err = single("message_id"); err != nil {
-		return f, err
-	}
-	if f.Reference, err = single("reference"); err != nil {
-		return f, err
-	}
-	if f.Cursor, err = single("cursor"); err != nil {
-		return f, err
-	}
+	return states, nil
+}
+
+// created sets f's creation bounds from since and until, relative to now
+// for a duration.
+func (q filterValues) created(f *audit.Filter, now time.Time) error {
 	for _, p := range []struct {
 		name   string
 		target *time.Time
 	}{{"since", &f.CreatedSince}, {"until", &f.CreatedUntil}} {
-		v, err := single(p.name)
+		v, err := q.single(p.name)
 		if err != nil {
-			return f, err
+			return err
 		}
 		if v == "" {
 			continue
 		}
 		if *p.target, err = parseTime(v, now); err != nil {
-			return f, badRequest(p.name, "query parameter %q: %v", p.name, err)
+			return badRequest(p.name, "query parameter %q: %v", p.name, err)
 		}
 	}
 	if !f.CreatedSince.IsZero() && !f.CreatedUntil.IsZero() && f.CreatedUntil.Before(f.CreatedSince) {
-		return f, badRequest("until", "query parameter \"until\" is before \"since\"")
+		return badRequest("until", "query parameter \"until\" is before \"since\"")
 	}
-	limit, err := single("limit")
-	if err != nil {
-		return f, err
+	return nil
+}
+
+// limit is the page size asked for, 0 when none is.
+func (q filterValues) limit() (int, error) {
+	limit, err := q.single("limit")
+	if err != nil || limit == "" {
+		return 0, err
 	}
-	if limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > audit.MaxPageSize {
-			return f, badRequest("limit", "query parameter \"limit\" must be a whole number from 1 to %d, got %q", audit.MaxPageSize, limit)
-		}
-		f.Limit = n
+	n, err := strconv.Atoi(limit)
+	if err != nil || n < 1 || n > audit.MaxPageSize {
+		return 0, badRequest("limit", "query parameter \"limit\" must be a whole number from 1 to %d, got %q", audit.MaxPageSize, limit)
 	}
-	return f, nil
+	return n, nil
 }
 
 // parseTime accepts RFC 3339 ("2024-05-01T12:00:00Z"), a date

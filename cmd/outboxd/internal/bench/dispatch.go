@@ -222,19 +222,19 @@ func (r *runner) dispatchRow(ctx context.Context, db *database, kind string, wor
 	if err != nil {
 		return Row{}, 0, err
 	}
-	defer dbl.close()
-	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
+	defer dbl.Close()
+	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.Registry(), Logger: r.cfg.Logger})
 	if err != nil {
 		return Row{}, 0, err
 	}
 	if _, err := recordIntents(ctx, client, "d-", kind, n); err != nil {
 		return Row{}, 0, err
 	}
-	took, err := r.runDispatcher(ctx, db.pool, dbl.registry, workers, n, nil)
+	took, err := r.runDispatcher(ctx, db.pool, dbl.Registry(), workers, n, nil)
 	if err != nil {
 		return Row{}, 0, err
 	}
-	if dup := dbl.duplicates(); dup != 0 {
+	if dup := dbl.DuplicateEffects(); dup != 0 {
 		return Row{}, 0, fmt.Errorf("%d intents were performed twice", dup)
 	}
 	row := ratioRow(fmt.Sprintf("Dispatch %s, %d workers", name, workers), "intents/s", float64(n)/took.Seconds(),
@@ -388,8 +388,8 @@ func (r *runner) slowRows(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer dbl.close()
-	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
+	defer dbl.Close()
+	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.Registry(), Logger: r.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +397,7 @@ func (r *runner) slowRows(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	r.progress("slow provider: %d intents against a Stripe double answering in %s, %d workers", n, delay, workers)
-	took, err := r.runDispatcher(ctx, db.pool, dbl.registry, workers, n, marks)
+	took, err := r.runDispatcher(ctx, db.pool, dbl.Registry(), workers, n, marks)
 	if err != nil {
 		return nil, err
 	}
@@ -476,12 +476,12 @@ func (r *runner) latencyAt(ctx context.Context, rate int, label string) ([]Row, 
 	if err != nil {
 		return nil, err
 	}
-	defer dbl.close()
-	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
+	defer dbl.Close()
+	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.Registry(), Logger: r.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	d, err := dispatcher.New(db.pool, r.dispatcherConfig(dbl.registry, workers, nil))
+	d, err := dispatcher.New(db.pool, r.dispatcherConfig(dbl.Registry(), workers, nil))
 	if err != nil {
 		return nil, err
 	}

@@ -5,91 +5,41 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/outboxkit/outbox/providers"
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
 	"github.com/outboxkit/outbox/providers/fault"
-	"github.com/outboxkit/outbox/providers/sendgridprovider"
-	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
-	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
 
-// doubles are the Stripe and SendGrid doubles a scenario dispatches to, in
-// this process, with a registry of adapters pointed at them.
+// doubles are the sandbox a scenario dispatches to, in this process, and
+// with timestamps the arrivals its Stripe front records.
 type doubles struct {
-	stripe   *stripedouble.Server
-	sendgrid *sendgriddouble.Server
-	registry *providers.Registry
-	// stripeURL is where the Stripe adapter sends its calls: the double
-	// itself, or a front that timestamps arrivals.
-	stripeURL string
-	front     *http.Server
-	arrivals  *arrivals
+	*sandbox.Sandbox
+	arrivals *arrivals
 }
 
-// startDoubles starts both doubles. stripeFaults, when not nil, injects
+// startDoubles starts the sandbox. stripeFaults, when not nil, injects
 // faults (a delay) into every payment. With timestamps, calls to the Stripe
 // double go through a front that records when each intent's first call
 // arrived.
 func startDoubles(stripeFaults *fault.Injector, timestamps bool) (*doubles, error) {
-	st, err := stripedouble.NewServer(stripedouble.Config{Faults: stripeFaults})
-	if err != nil {
-		return nil, err
-	}
-	sg, err := sendgriddouble.NewServer(sendgriddouble.Config{})
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	d := &doubles{stripe: st, sendgrid: sg, stripeURL: st.URL()}
+	d := &doubles{}
+	cfg := &sandbox.Config{StripeFaults: stripeFaults}
 	if timestamps {
 		d.arrivals = newArrivals()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			d.close()
-			return nil, err
-		}
-		d.front = &http.Server{Handler: d.arrivals.front(st.Handler()), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = d.front.Serve(ln) }()
-		d.stripeURL = "http://" + ln.Addr().String()
+		cfg.StripeFront = d.arrivals.front
 	}
-	// The adapters' default clients, as `outboxd run` uses them: their
-	// connection pools are sized for a dispatcher's workers.
-	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: d.stripeURL})
+	sb, err := sandbox.Start(cfg)
 	if err != nil {
-		d.close()
 		return nil, err
 	}
-	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: sg.URL()})
-	if err != nil {
-		d.close()
-		return nil, err
-	}
-	d.registry, err = providers.NewRegistry(sp, gp)
-	if err != nil {
-		d.close()
-		return nil, err
-	}
+	d.Sandbox = sb
 	return d, nil
-}
-
-func (d *doubles) close() {
-	if d.front != nil {
-		_ = d.front.Close()
-	}
-	_ = d.stripe.Close()
-	_ = d.sendgrid.Close()
-}
-
-// duplicates is how many intents either double performed more than once.
-func (d *doubles) duplicates() int {
-	return d.stripe.DuplicateEffects() + d.sendgrid.DuplicateEffects()
 }
 
 // arrivals records when the first call for each intent reached the Stripe

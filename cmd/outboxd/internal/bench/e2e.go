@@ -78,7 +78,7 @@ type e2ePeer struct {
 	// setup says how the system is configured, for the notes.
 	setup string
 	// start starts the system's workers (workers of them) in db, calling
-	// the double at dbl.stripeURL; consumers use env.consumers.
+	// the double at dbl.StripeURL(); consumers use env.consumers.
 	start func(ctx context.Context, env *e2eEnv) (e2eSystem, error)
 }
 
@@ -125,11 +125,11 @@ func outboxPeer() e2ePeer {
 		name:  "outbox (this module)",
 		setup: "intents.Client.Consume recording one Stripe payment intent; dispatcher.New with its defaults and MaxWorkers = workers",
 		start: func(ctx context.Context, env *e2eEnv) (e2eSystem, error) {
-			client, err := intents.NewClient(env.consumers, &intents.Config{Providers: env.dbl.registry, Logger: env.r.cfg.Logger})
+			client, err := intents.NewClient(env.consumers, &intents.Config{Providers: env.dbl.Registry(), Logger: env.r.cfg.Logger})
 			if err != nil {
 				return nil, err
 			}
-			d, err := dispatcher.New(env.db.pool, env.r.dispatcherConfig(env.dbl.registry, env.workers, nil))
+			d, err := dispatcher.New(env.db.pool, env.r.dispatcherConfig(env.dbl.Registry(), env.workers, nil))
 			if err != nil {
 				return nil, err
 			}
@@ -272,29 +272,16 @@ func (r *runner) climb(ctx context.Context, peer e2ePeer, delay time.Duration, r
 		return res, err
 	}
 	defer r.closeDatabase(ctx, db)
-	pcfg, err := pgxpool.ParseConfig(db.url)
-	if err != nil {
-		return res, err
-	}
-	pcfg.MaxConns = e2eConsumerConns
-	pcfg.ConnConfig.Tracer = consumerTrips
-	consumers, err := pgxpool.NewWithConfig(ctx, pcfg)
+	consumers, err := openConsumers(ctx, db, consumerTrips)
 	if err != nil {
 		return res, err
 	}
 	defer consumers.Close()
-	var faults *fault.Injector
-	if delay > 0 {
-		faults = fault.New(1)
-		if err := faults.SetRates(fault.Rates{Delay: 1, DelayFor: delay}); err != nil {
-			return res, err
-		}
-	}
-	dbl, err := startDoubles(faults, true)
+	dbl, err := startDelayedDoubles(delay)
 	if err != nil {
 		return res, err
 	}
-	defer dbl.close()
+	defer dbl.Close()
 	sys, err := peer.start(ctx, &e2eEnv{r: r, db: db, consumers: consumers, dbl: dbl, workers: workers, tracer: workerTrips})
 	if err != nil {
 		return res, fmt.Errorf("%s: start: %w", peer.name, err)
@@ -310,85 +297,17 @@ func (r *runner) climb(ctx context.Context, peer e2ePeer, delay time.Duration, r
 	if err != nil {
 		return res, err
 	}
-	var seq atomic.Int64
-	// A warm-up at the lowest rate, not judged: connections, prepared
-	// statements, the workers' first fetches.
-	warm, messages, err := r.step(ctx, sys, dbl, rates[0], &seq)
-	if err != nil {
-		return res, fmt.Errorf("%s warming up: %w", peer.name, err)
+	c := &climber{r: r, peer: peer, sys: sys, dbl: dbl}
+	if err := c.warmUp(ctx, db, rates[0]); err != nil {
+		return res, err
 	}
-	r.progress("  warm-up: %s", warm)
-	// Statistics as autovacuum would have them a minute into a new
-	// database's life. Without them every system runs the climb on the
-	// plans it cached while its tables were empty (the generic plan of a
-	// statement is fixed after its fifth run): sequential scans of tables
-	// that grow by thousands of rows a second. ANALYZE replaces those plans
-	// on every connection, for this module and the peers alike.
-	if _, err := db.pool.Exec(ctx, "ANALYZE"); err != nil {
-		return res, fmt.Errorf("%s: analyze after the warm-up: %w", peer.name, err)
+	if err := c.ladder(ctx, rates, &res); err != nil {
+		return res, err
 	}
-	// try offers rate up to e2eTries times: on a shared machine a step can
-	// fail on a neighbour's burst, so a rate fails when it fails every
-	// time.
-	var pending []int64
-	var last stepResult
-	stuck := false
-	try := func(rate int) (stepResult, error) {
-		var step stepResult
-		for range e2eTries {
-			// A failed step may leave calls behind: the next starts once
-			// they are made, so that it does not inherit the backlog. A
-			// system that cannot make them ends its climb there.
-			if err := drain(ctx, dbl, pending); err != nil {
-				r.progress("  the calls of the last step were not all made within %s: the climb ends", e2eDrainLimit)
-				stuck = true
-				return last, nil
-			}
-			var n int
-			var err error
-			step, n, err = r.step(ctx, sys, dbl, rate, &seq)
-			pending, last = step.pending, step
-			if err != nil {
-				return step, fmt.Errorf("%s at %d/s: %w", peer.name, rate, err)
-			}
-			messages += n
-			r.progress("  %s", step)
-			if step.pass {
-				break
-			}
-		}
-		return step, nil
+	if err := c.refine(ctx, &res); err != nil {
+		return res, err
 	}
-	for _, rate := range rates {
-		step, err := try(rate)
-		if err != nil {
-			return res, err
-		}
-		if !step.pass {
-			res.failed = step
-			break
-		}
-		res.sustainable = step
-	}
-	// The ladder is coarse: halve the gap between the last rate that
-	// held and the first that failed, twice.
-	for range 2 {
-		lo, hi := res.sustainable.rate, res.failed.rate
-		if stuck || hi == 0 || hi-lo < max(lo/10, 5) {
-			break
-		}
-		mid := (lo + hi) / 2
-		step, err := try(mid)
-		if err != nil {
-			return res, err
-		}
-		if step.pass {
-			res.sustainable = step
-		} else {
-			res.failed = step
-		}
-	}
-	if dup := dbl.duplicates(); dup != 0 {
+	if dup := dbl.DuplicateEffects(); dup != 0 {
 		return res, fmt.Errorf("%s: %d calls were performed twice", peer.name, dup)
 	}
 	// The statistics reach pg_stat_database within a second of a
@@ -398,12 +317,144 @@ func (r *runner) climb(ctx context.Context, peer e2ePeer, delay time.Duration, r
 	if err != nil {
 		return res, err
 	}
-	if messages > 0 {
-		res.commits = float64(commitsAfter-commitsBefore) / float64(messages)
-		res.consumerTrips = float64(consumerTrips.n.Load()) / float64(messages)
-		res.workerTrips = float64(workerTrips.n.Load()) / float64(messages)
+	if c.messages > 0 {
+		res.commits = float64(commitsAfter-commitsBefore) / float64(c.messages)
+		res.consumerTrips = float64(consumerTrips.n.Load()) / float64(c.messages)
+		res.workerTrips = float64(workerTrips.n.Load()) / float64(c.messages)
 	}
 	return res, nil
+}
+
+// openConsumers opens the consumers' pool on db, e2eConsumerConns
+// connections, with tracer on them when not nil.
+func openConsumers(ctx context.Context, db *database, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(db.url)
+	if err != nil {
+		return nil, err
+	}
+	pcfg.MaxConns = e2eConsumerConns
+	if tracer != nil {
+		pcfg.ConnConfig.Tracer = tracer
+	}
+	return pgxpool.NewWithConfig(ctx, pcfg)
+}
+
+// startDelayedDoubles starts the doubles with arrival timestamps; with a
+// delay, the Stripe double holds every answer that long.
+func startDelayedDoubles(delay time.Duration) (*doubles, error) {
+	if delay <= 0 {
+		return startDoubles(nil, true)
+	}
+	faults := fault.New(1)
+	if err := faults.SetRates(fault.Rates{Delay: 1, DelayFor: delay}); err != nil {
+		return nil, err
+	}
+	return startDoubles(faults, true)
+}
+
+// climber steps the offered rate of a started system, carrying from one
+// step to the next the calls it left behind.
+type climber struct {
+	r    *runner
+	peer e2ePeer
+	sys  e2eSystem
+	dbl  *doubles
+	seq  atomic.Int64
+	// messages is how many were offered, the warm-up's included.
+	messages int
+	// pending are the keys the last step left uncalled; last is that step.
+	pending []int64
+	last    stepResult
+	// stuck: a step's calls were not all made within e2eDrainLimit, which
+	// ends the climb.
+	stuck bool
+}
+
+// warmUp offers rate, not judged: connections, prepared statements, the
+// workers' first fetches; then it analyzes db.
+func (c *climber) warmUp(ctx context.Context, db *database, rate int) error {
+	warm, n, err := c.r.step(ctx, c.sys, c.dbl, rate, &c.seq)
+	if err != nil {
+		return fmt.Errorf("%s warming up: %w", c.peer.name, err)
+	}
+	c.messages += n
+	c.r.progress("  warm-up: %s", warm)
+	// Statistics as autovacuum would have them a minute into a new
+	// database's life. Without them every system runs the climb on the
+	// plans it cached while its tables were empty (the generic plan of a
+	// statement is fixed after its fifth run): sequential scans of tables
+	// that grow by thousands of rows a second. ANALYZE replaces those plans
+	// on every connection, for this module and the peers alike.
+	if _, err := db.pool.Exec(ctx, "ANALYZE"); err != nil {
+		return fmt.Errorf("%s: analyze after the warm-up: %w", c.peer.name, err)
+	}
+	return nil
+}
+
+// try offers rate up to e2eTries times: on a shared machine a step can
+// fail on a neighbour's burst, so a rate fails when it fails every time.
+func (c *climber) try(ctx context.Context, rate int) (stepResult, error) {
+	var step stepResult
+	for range e2eTries {
+		// A failed step may leave calls behind: the next starts once
+		// they are made, so that it does not inherit the backlog. A
+		// system that cannot make them ends its climb there.
+		if err := drain(ctx, c.dbl, c.pending); err != nil {
+			c.r.progress("  the calls of the last step were not all made within %s: the climb ends", e2eDrainLimit)
+			c.stuck = true
+			return c.last, nil
+		}
+		var n int
+		var err error
+		step, n, err = c.r.step(ctx, c.sys, c.dbl, rate, &c.seq)
+		c.pending, c.last = step.pending, step
+		if err != nil {
+			return step, fmt.Errorf("%s at %d/s: %w", c.peer.name, rate, err)
+		}
+		c.messages += n
+		c.r.progress("  %s", step)
+		if step.pass {
+			break
+		}
+	}
+	return step, nil
+}
+
+// ladder tries rates low to high until one fails.
+func (c *climber) ladder(ctx context.Context, rates []int, res *ladderResult) error {
+	for _, rate := range rates {
+		step, err := c.try(ctx, rate)
+		if err != nil {
+			return err
+		}
+		if !step.pass {
+			res.failed = step
+			return nil
+		}
+		res.sustainable = step
+	}
+	return nil
+}
+
+// refine halves the gap between the last rate that held and the first
+// that failed, twice: the ladder is coarse.
+func (c *climber) refine(ctx context.Context, res *ladderResult) error {
+	for range 2 {
+		lo, hi := res.sustainable.rate, res.failed.rate
+		if c.stuck || hi == 0 || hi-lo < max(lo/10, 5) {
+			return nil
+		}
+		step, err := c.try(ctx, (lo+hi)/2)
+		if err != nil {
+			return err
+		}
+		if step.pass {
+			res.sustainable = step
+		} else {
+			res.failed = step
+		}
+	}
+	return nil
 }
 
 // step offers rate messages per second for Sizes.E2EStep, then waits for

@@ -39,7 +39,7 @@ func (r *runner) memoryRows(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer dbl.close()
+	defer dbl.Close()
 
 	proc, err := startOutboxd(ctx, r.cfg.Outboxd, db.url, dbl, workers)
 	if err != nil {
@@ -53,7 +53,7 @@ func (r *runner) memoryRows(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 
-	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
+	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.Registry(), Logger: r.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func (r *runner) memoryRows(ctx context.Context) ([]Row, error) {
 		}
 	}
 	took := time.Since(start)
-	if dup := dbl.duplicates(); dup != 0 {
+	if dup := dbl.DuplicateEffects(); dup != 0 {
 		return nil, fmt.Errorf("%d intents were performed twice", dup)
 	}
 	status, err := readStatus(proc.cmd.Process.Pid)
@@ -120,8 +120,8 @@ func startOutboxd(ctx context.Context, path, dbURL string, dbl *doubles, workers
 	cmd := exec.Command(path, "run",
 		"--database-url", dbURL,
 		"--providers", "stripe,sendgrid",
-		"--stripe-api-base", dbl.stripeURL,
-		"--sendgrid-api-base", dbl.sendgrid.URL(),
+		"--stripe-api-base", dbl.StripeURL(),
+		"--sendgrid-api-base", dbl.SendGrid().URL(),
 		"--workers", strconv.Itoa(workers),
 		"--admin-addr", "",
 		"--log-format", "json",

@@ -65,8 +65,8 @@ func (r *runner) orderedRun(ctx context.Context, db *database, workers, n, keys 
 	if err != nil {
 		return 0, 0, err
 	}
-	defer dbl.close()
-	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
+	defer dbl.Close()
+	client, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.Registry(), Logger: r.cfg.Logger})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -93,11 +93,11 @@ func (r *runner) orderedRun(ctx context.Context, db *database, workers, n, keys 
 	}
 	record = float64(n) / time.Since(start).Seconds()
 	r.progress("ordered: dispatching them, %d workers", workers)
-	took, err := r.runDispatcher(ctx, db.pool, dbl.registry, workers, n, nil)
+	took, err := r.runDispatcher(ctx, db.pool, dbl.Registry(), workers, n, nil)
 	if err != nil {
 		return 0, 0, err
 	}
-	if dup := dbl.duplicates(); dup != 0 {
+	if dup := dbl.DuplicateEffects(); dup != 0 {
 		return 0, 0, fmt.Errorf("%d intents were performed twice", dup)
 	}
 	return record, float64(n) / took.Seconds(), nil

@@ -61,7 +61,7 @@ func startDBOS(ctx context.Context, env *e2eEnv) (e2eSystem, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &dbosSystem{env: env, pool: pool, caller: newDoubleCaller(env.dbl.stripeURL, env.workers)}
+	s := &dbosSystem{env: env, pool: pool, caller: newDoubleCaller(env.dbl.StripeURL(), env.workers)}
 	dctx, err := dbos.NewContext(context.WithoutCancel(ctx), dbos.Config{
 		AppName:      "outbox-bench",
 		SystemDBPool: pool,

@@ -55,7 +55,7 @@ func riverPeer() e2ePeer {
 		setup: "River " + moduleVersion("github.com/riverqueue/river") + ": InsertTx in the consumer's transaction; a worker calls the double over HTTP and completes with JobCompleteTx; " +
 			"MaxWorkers = workers, FetchCooldown as the dispatcher's, FetchPollInterval = " + dispatcher.DefaultFetchPollInterval.String() + " (River's defaults otherwise)",
 		start: func(ctx context.Context, env *e2eEnv) (e2eSystem, error) {
-			caller := newDoubleCaller(env.dbl.stripeURL, env.workers)
+			caller := newDoubleCaller(env.dbl.StripeURL(), env.workers)
 			ws := river.NewWorkers()
 			if err := river.AddWorkerSafely(ws, &naiveCallWorker{caller: caller, pool: env.db.pool}); err != nil {
 				return nil, err

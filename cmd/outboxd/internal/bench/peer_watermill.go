@@ -57,7 +57,7 @@ type watermillSystem struct {
 
 func startWatermill(ctx context.Context, env *e2eEnv) (e2eSystem, error) {
 	logger := watermill.NopLogger{}
-	s := &watermillSystem{env: env, schema: wsql.DefaultPostgreSQLSchema{}, caller: newDoubleCaller(env.dbl.stripeURL, 4)}
+	s := &watermillSystem{env: env, schema: wsql.DefaultPostgreSQLSchema{}, caller: newDoubleCaller(env.dbl.StripeURL(), 4)}
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(env.db.pool), wsql.SubscriberConfig{
 		ConsumerGroup:    "bench",
 		SchemaAdapter:    s.schema,

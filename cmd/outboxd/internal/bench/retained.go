@@ -275,7 +275,7 @@ func (r *runner) retainedDrain(ctx context.Context, sides []*retainedDB) ([]Row,
 	if err != nil {
 		return nil, err
 	}
-	defer dbl.close()
+	defer dbl.Close()
 	took := make([]time.Duration, len(sides))
 	drained := make([]int, len(sides))
 	hot := make([]hotShare, len(sides))
@@ -284,7 +284,7 @@ func (r *runner) retainedDrain(ctx context.Context, sides []*retainedDB) ([]Row,
 		s := sides[i]
 		// Each side drains n in all.
 		share := n/4 + boolInt(round/2 < n%4)
-		client, err := intents.NewClient(s.db.pool, &intents.Config{Providers: dbl.registry, Logger: r.cfg.Logger})
+		client, err := intents.NewClient(s.db.pool, &intents.Config{Providers: dbl.Registry(), Logger: r.cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -302,7 +302,7 @@ func (r *runner) retainedDrain(ctx context.Context, sides []*retainedDB) ([]Row,
 		if err != nil {
 			return nil, err
 		}
-		d, err := r.runDispatcher(ctx, pool, dbl.registry, workers, share, nil)
+		d, err := r.runDispatcher(ctx, pool, dbl.Registry(), workers, share, nil)
 		pool.Close()
 		if err != nil {
 			return nil, err
@@ -317,7 +317,7 @@ func (r *runner) retainedDrain(ctx context.Context, sides []*retainedDB) ([]Row,
 		hot[i].hot += h.hot
 		hot[i].indexBlocks += h.indexBlocks
 	}
-	if dup := dbl.duplicates(); dup != 0 {
+	if dup := dbl.DuplicateEffects(); dup != 0 {
 		return nil, fmt.Errorf("%d intents were performed twice", dup)
 	}
 	rate := func(i int) float64 { return float64(drained[i]) / took[i].Seconds() }

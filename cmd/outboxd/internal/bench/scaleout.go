@@ -201,7 +201,7 @@ type scaleoutSystem struct {
 }
 
 func startScaleout(ctx context.Context, env *e2eEnv, n, workers int, res *scaleoutResult) (_ e2eSystem, err error) {
-	client, err := intents.NewClient(env.consumers, &intents.Config{Providers: env.dbl.registry, Logger: env.r.cfg.Logger})
+	client, err := intents.NewClient(env.consumers, &intents.Config{Providers: env.dbl.Registry(), Logger: env.r.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

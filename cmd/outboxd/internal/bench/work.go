@@ -205,12 +205,7 @@ func (r *runner) countWork(ctx context.Context, peer e2ePeer) (workCount, error)
 		return w, err
 	}
 	defer r.closeDatabase(ctx, db)
-	pcfg, err := pgxpool.ParseConfig(db.url)
-	if err != nil {
-		return w, err
-	}
-	pcfg.MaxConns = e2eConsumerConns
-	consumers, err := pgxpool.NewWithConfig(ctx, pcfg)
+	consumers, err := openConsumers(ctx, db, nil)
 	if err != nil {
 		return w, err
 	}
@@ -219,7 +214,7 @@ func (r *runner) countWork(ctx context.Context, peer e2ePeer) (workCount, error)
 	if err != nil {
 		return w, err
 	}
-	defer dbl.close()
+	defer dbl.Close()
 
 	before, err := readWork(ctx, db.pool)
 	if err != nil {
@@ -230,25 +225,10 @@ func (r *runner) countWork(ctx context.Context, peer e2ePeer) (workCount, error)
 	if err != nil {
 		return w, fmt.Errorf("%s: start: %w", peer.name, err)
 	}
-	var seq atomic.Int64
-	keys := make([]int64, w.messages)
-	err = paced(ctx, workRate, w.messages, func(ctx context.Context, i int) error {
-		key, err := sys.consume(ctx, seq.Add(1))
-		keys[i] = key
-		return err
-	})
-	if err == nil {
-		err = drain(ctx, dbl, keys)
-	}
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if stopErr := sys.stop(stopCtx); err == nil && stopErr != nil {
-		err = fmt.Errorf("%s: stop: %w", peer.name, stopErr)
-	}
-	if err != nil {
+	if err := offerWork(ctx, peer, sys, dbl, w.messages); err != nil {
 		return w, err
 	}
-	if dup := dbl.duplicates(); dup != 0 {
+	if dup := dbl.DuplicateEffects(); dup != 0 {
 		return w, fmt.Errorf("%s: %d calls were performed twice", peer.name, dup)
 	}
 	w.postgresCPU = takeCPUSnapshot().postgresSince(cpuStart)
@@ -264,6 +244,35 @@ func (r *runner) countWork(ctx context.Context, peer e2ePeer) (workCount, error)
 		return w, err
 	}
 	w.walBytes, w.commits = after.wal-before.wal, after.commits-before.commits
+	w.tables = tablesWritten(before, after)
+	return w, nil
+}
+
+// offerWork offers n messages to sys at workRate, waits until each was
+// called, and stops sys.
+func offerWork(ctx context.Context, peer e2ePeer, sys e2eSystem, dbl *doubles, n int) error {
+	var seq atomic.Int64
+	keys := make([]int64, n)
+	err := paced(ctx, workRate, n, func(ctx context.Context, i int) error {
+		key, err := sys.consume(ctx, seq.Add(1))
+		keys[i] = key
+		return err
+	})
+	if err == nil {
+		err = drain(ctx, dbl, keys)
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if stopErr := sys.stop(stopCtx); err == nil && stopErr != nil {
+		err = fmt.Errorf("%s: stop: %w", peer.name, stopErr)
+	}
+	return err
+}
+
+// tablesWritten is what was written to each table between before and
+// after, the tables written to most first.
+func tablesWritten(before, after workSnapshot) []tableWork {
+	var tables []tableWork
 	for name, t := range after.tables {
 		b := before.tables[name]
 		d := tableWork{name: name, inserted: t.inserted - b.inserted, updated: t.updated - b.updated, hot: t.hot - b.hot,
@@ -273,15 +282,15 @@ func (r *runner) countWork(ctx context.Context, peer e2ePeer) (workCount, error)
 		}
 		d.tuplesOfTheHeap = d.inserted + d.updated + d.gone
 		d.indexEntries = d.indexes * (d.inserted + d.updated - d.hot)
-		w.tables = append(w.tables, d)
+		tables = append(tables, d)
 	}
-	sort.Slice(w.tables, func(a, b int) bool {
-		if w.tables[a].tuplesOfTheHeap != w.tables[b].tuplesOfTheHeap {
-			return w.tables[a].tuplesOfTheHeap > w.tables[b].tuplesOfTheHeap
+	sort.Slice(tables, func(a, b int) bool {
+		if tables[a].tuplesOfTheHeap != tables[b].tuplesOfTheHeap {
+			return tables[a].tuplesOfTheHeap > tables[b].tuplesOfTheHeap
 		}
-		return w.tables[a].name < w.tables[b].name
+		return tables[a].name < tables[b].name
 	})
-	return w, nil
+	return tables
 }
 
 // workSnapshot is the counters countWork subtracts.

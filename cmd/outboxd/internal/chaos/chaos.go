@@ -56,11 +56,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
 	"github.com/outboxkit/outbox/intents"
-	"github.com/outboxkit/outbox/providers"
-	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
-	"github.com/outboxkit/outbox/providers/stripeprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
 
@@ -195,6 +193,8 @@ func DelayFor(callTimeout time.Duration) time.Duration { return callTimeout + ti
 // twice the call timeout plus five seconds.
 func rescueAfter(callTimeout time.Duration) time.Duration { return 2*callTimeout + 6*time.Second }
 
+// withDefaults returns c with its defaults set, or an error naming a field
+// out of its bounds.
 func (c Config) withDefaults() (Config, error) {
 	if c.Binary == "" {
 		return c, errors.New("chaos: Config.Binary is required")
@@ -202,104 +202,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DatabaseURL == "" {
 		return c, errors.New("chaos: Config.DatabaseURL is required")
 	}
-	setDur := func(name string, v *time.Duration, def time.Duration) error {
-		if *v < 0 {
-			return fmt.Errorf("chaos: Config.%s must not be negative, got %s", name, *v)
-		}
-		if *v == 0 {
-			*v = def
-		}
-		return nil
-	}
-	for _, n := range []struct {
-		v   *int
-		def int
-	}{{&c.Storms, DefaultStorms}} {
-		switch {
-		case *n.v == 0:
-			*n.v = n.def
-		case *n.v < 0:
-			*n.v = 0
-		}
-	}
-	switch {
-	case c.OperatorEvery == 0:
-		c.OperatorEvery = DefaultOperatorEvery
-	case c.OperatorEvery < 0:
-		c.OperatorEvery = 0
-	}
-	if c.StormLength < 0 {
-		return c, fmt.Errorf("chaos: Config.StormLength must not be negative, got %s", c.StormLength)
-	}
-	if c.StormLength == 0 {
-		c.StormLength = DefaultStormLength
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"Duration", &c.Duration, DefaultDuration},
-		{"KillEvery", &c.KillEvery, DefaultKillEvery},
-		{"BackendKillEvery", &c.BackendKillEvery, DefaultBackendKillEvery},
-		{"CallTimeout", &c.CallTimeout, DefaultCallTimeout},
-		{"DrainTimeout", &c.DrainTimeout, DefaultDrainTimeout},
-	} {
-		if err := setDur(d.name, d.v, d.def); err != nil {
+	for _, set := range []func() error{c.defaultSchedule, c.defaultLoad, c.defaultFleet, c.defaultShares} {
+		if err := set(); err != nil {
 			return c, err
 		}
-	}
-	if c.Rate == 0 {
-		c.Rate = DefaultRate
-	}
-	if c.Rate < 0 {
-		return c, fmt.Errorf("chaos: Config.Rate must be positive, got %g", c.Rate)
-	}
-	if c.Messages == 0 {
-		c.Messages = max(1, int(c.Rate*c.Duration.Seconds()))
-	}
-	if c.Messages < 1 || c.Messages > 1_000_000 {
-		return c, fmt.Errorf("chaos: Config.Messages must be between 1 and 1000000, got %d", c.Messages)
-	}
-	switch {
-	case c.ForeignObjects == 0:
-		c.ForeignObjects = min(2*c.Messages+10, maxDefaultForeign)
-	case c.ForeignObjects < 0:
-		c.ForeignObjects = 0
-	case c.ForeignObjects > 2_000_000:
-		return c, fmt.Errorf("chaos: Config.ForeignObjects must be at most 2000000, got %d", c.ForeignObjects)
-	}
-	ints := []struct {
-		name     string
-		v        *int
-		def, max int
-	}{
-		{"Dispatchers", &c.Dispatchers, DefaultDispatchers, 16},
-		{"Consumers", &c.Consumers, DefaultConsumers, 64},
-		{"Workers", &c.Workers, DefaultWorkers, 100},
-		{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, 90},
-	}
-	for _, n := range ints {
-		if *n.v == 0 {
-			*n.v = n.def
-		}
-		if *n.v < 1 || *n.v > n.max {
-			return c, fmt.Errorf("chaos: Config.%s must be between 1 and %d, got %d", n.name, n.max, *n.v)
-		}
-	}
-	if c.BackendKillShare == 0 {
-		c.BackendKillShare = DefaultBackendKillShare
-	}
-	if c.BackendKillShare < 0 || c.BackendKillShare > 1 {
-		return c, fmt.Errorf("chaos: Config.BackendKillShare must be between 0 and 1, got %g", c.BackendKillShare)
-	}
-	switch {
-	case c.FaultRate == 0:
-		c.FaultRate = DefaultFaultRate
-	case c.FaultRate < 0:
-		c.FaultRate = 0
-	case c.FaultRate > 1:
-		return c, fmt.Errorf("chaos: Config.FaultRate must be at most 1, got %g", c.FaultRate)
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
@@ -313,6 +219,111 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// defaultSchedule sets when things happen: the storms, the operator, the
+// chaos's length, the kills, the call timeout and the drain.
+func (c *Config) defaultSchedule() error {
+	switch {
+	case c.Storms == 0:
+		c.Storms = DefaultStorms
+	case c.Storms < 0:
+		c.Storms = 0
+	}
+	switch {
+	case c.OperatorEvery == 0:
+		c.OperatorEvery = DefaultOperatorEvery
+	case c.OperatorEvery < 0:
+		c.OperatorEvery = 0
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"StormLength", &c.StormLength, DefaultStormLength},
+		{"Duration", &c.Duration, DefaultDuration},
+		{"KillEvery", &c.KillEvery, DefaultKillEvery},
+		{"BackendKillEvery", &c.BackendKillEvery, DefaultBackendKillEvery},
+		{"CallTimeout", &c.CallTimeout, DefaultCallTimeout},
+		{"DrainTimeout", &c.DrainTimeout, DefaultDrainTimeout},
+	} {
+		if *d.v < 0 {
+			return fmt.Errorf("chaos: Config.%s must not be negative, got %s", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	return nil
+}
+
+// defaultLoad sets how many messages are delivered, and how many objects of
+// another deployment wait for them; it needs the Duration set.
+func (c *Config) defaultLoad() error {
+	if c.Rate == 0 {
+		c.Rate = DefaultRate
+	}
+	if c.Rate < 0 {
+		return fmt.Errorf("chaos: Config.Rate must be positive, got %g", c.Rate)
+	}
+	if c.Messages == 0 {
+		c.Messages = max(1, int(c.Rate*c.Duration.Seconds()))
+	}
+	if c.Messages < 1 || c.Messages > 1_000_000 {
+		return fmt.Errorf("chaos: Config.Messages must be between 1 and 1000000, got %d", c.Messages)
+	}
+	switch {
+	case c.ForeignObjects == 0:
+		c.ForeignObjects = min(2*c.Messages+10, maxDefaultForeign)
+	case c.ForeignObjects < 0:
+		c.ForeignObjects = 0
+	case c.ForeignObjects > 2_000_000:
+		return fmt.Errorf("chaos: Config.ForeignObjects must be at most 2000000, got %d", c.ForeignObjects)
+	}
+	return nil
+}
+
+// defaultFleet sets the sizes of the processes and goroutines.
+func (c *Config) defaultFleet() error {
+	for _, n := range []struct {
+		name     string
+		v        *int
+		def, max int
+	}{
+		{"Dispatchers", &c.Dispatchers, DefaultDispatchers, 16},
+		{"Consumers", &c.Consumers, DefaultConsumers, 64},
+		{"Workers", &c.Workers, DefaultWorkers, 100},
+		{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, 90},
+	} {
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+		if *n.v < 1 || *n.v > n.max {
+			return fmt.Errorf("chaos: Config.%s must be between 1 and %d, got %d", n.name, n.max, *n.v)
+		}
+	}
+	return nil
+}
+
+// defaultShares sets the shares of backends terminated and of calls
+// faulted.
+func (c *Config) defaultShares() error {
+	if c.BackendKillShare == 0 {
+		c.BackendKillShare = DefaultBackendKillShare
+	}
+	if c.BackendKillShare < 0 || c.BackendKillShare > 1 {
+		return fmt.Errorf("chaos: Config.BackendKillShare must be between 0 and 1, got %g", c.BackendKillShare)
+	}
+	switch {
+	case c.FaultRate == 0:
+		c.FaultRate = DefaultFaultRate
+	case c.FaultRate < 0:
+		c.FaultRate = 0
+	case c.FaultRate > 1:
+		return fmt.Errorf("chaos: Config.FaultRate must be at most 1, got %g", c.FaultRate)
+	}
+	return nil
+}
+
 // Run runs the suite and returns its report. The error wraps ErrViolated
 // when the report has problems; any other error means the run itself could
 // not be carried out (and the report, if not nil, is partial).
@@ -323,7 +334,76 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	started := time.Now()
 	rep := &Report{Seed: cfg.Seed, Dispatchers: cfg.Dispatchers, Messages: cfg.Messages, CallTimeout: cfg.CallTimeout.String()}
+	pool, err := connect(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
 
+	env := childEnv()
+	doubles, err := startDoubles(ctx, cfg, env)
+	if err != nil {
+		return nil, err
+	}
+	defer doubles.stop()
+	fmt.Fprintf(cfg.Progress, "doubles: Stripe %s, SendGrid %s (fault rate %g, seed %d)\n", doubles.addrs.StripeURL, doubles.addrs.SendGridURL, cfg.FaultRate, cfg.Seed)
+	registry, err := sandbox.NewRegistry(doubles.addrs.StripeURL, doubles.addrs.SendGridURL)
+	if err != nil {
+		return nil, err
+	}
+	client, err := intents.NewClient(pool, &intents.Config{Providers: registry})
+	if err != nil {
+		return nil, err
+	}
+	drv := newDriver(client, cfg.Messages, rand.New(rand.NewPCG(cfg.Seed, 1)))
+
+	// Another deployment's PaymentIntents, then the faults.
+	if rep.ForeignObjects, err = createForeign(ctx, pool, doubles.addrs, drv.msgs, cfg.ForeignObjects); err != nil {
+		return nil, err
+	}
+	if err := postControl(ctx, doubles.addrs.StripeURL+StartPath); err != nil {
+		return nil, err
+	}
+	fl, stopFleet, err := startFleet(cfg, env, doubles.addrs)
+	if err != nil {
+		return nil, err
+	}
+	defer stopFleet()
+	op, err := newOperator(pool, registry, doubles.addrs, cfg.CallTimeout, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	drv.run(runCtx, float64(cfg.Messages)/cfg.Duration.Seconds(), cfg.Consumers, cfg.Seed)
+
+	backend, err := unleash(ctx, cfg, started, doubles.addrs, fl, op, drv)
+	if err != nil {
+		return nil, err
+	}
+	rep.ChaosSeconds = time.Since(started).Seconds()
+	fmt.Fprintf(cfg.Progress, "chaos over after %s; draining with %d dispatchers, no more kills\n", time.Since(started).Round(time.Second), fl.running())
+
+	drainStart := time.Now()
+	drainErr := drain(ctx, cfg, pool, drv, fl, rep)
+	rep.DrainSeconds = time.Since(drainStart).Seconds()
+	if drainErr != nil {
+		drainErr = fmt.Errorf("%w\n%s", drainErr, fl.outputs())
+	}
+	cancelRun()
+	fl.stop(fleetGrace)
+	st := fl.stats()
+	countRun(rep, cfg, st, backend, drv, op)
+	if drainErr != nil {
+		rep.TotalSeconds = time.Since(started).Seconds()
+		return rep, drainErr
+	}
+	return rep, judge(ctx, cfg, pool, doubles.addrs, st, backend, started, rep)
+}
+
+// connect opens the suite's own pool on the database (its consumers and the
+// operator) and adds the business table.
+func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: Config.DatabaseURL: %w", err)
@@ -333,75 +413,56 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: connect: %w", err)
 	}
-	defer pool.Close()
 	if _, err := pool.Exec(ctx, createOrdersSQL); err != nil {
+		pool.Close()
 		return nil, fmt.Errorf("chaos: create chaos_orders: %w", err)
 	}
+	return pool, nil
+}
 
-	env := childEnv()
-	doubles, err := startDoubles(ctx, cfg, env)
-	if err != nil {
-		return nil, err
-	}
-	defer doubles.stop()
-	fmt.Fprintf(cfg.Progress, "doubles: Stripe %s, SendGrid %s (fault rate %g, seed %d)\n", doubles.addrs.StripeURL, doubles.addrs.SendGridURL, cfg.FaultRate, cfg.Seed)
+// fleetGrace is every dispatcher's --shutdown-grace.
+const fleetGrace = 5 * time.Second
 
-	registry, err := registryFor(doubles.addrs)
-	if err != nil {
-		return nil, err
-	}
-	client, err := intents.NewClient(pool, &intents.Config{Providers: registry})
-	if err != nil {
-		return nil, err
-	}
-	rnd := rand.New(rand.NewPCG(cfg.Seed, 1))
-	drv := newDriver(client, cfg.Messages, rnd)
-
-	// Another deployment's PaymentIntents, then the faults.
-	if rep.ForeignObjects, err = createForeign(ctx, pool, doubles.addrs, drv.msgs, cfg.ForeignObjects); err != nil {
-		return nil, err
-	}
-	if err := postControl(ctx, doubles.addrs.StripeURL+StartPath); err != nil {
-		return nil, err
-	}
-
+// startFleet starts the dispatchers against the doubles at a. stop stops
+// them and removes the certificate file they trust.
+func startFleet(cfg Config, env []string, a DoublesAddrs) (fl *fleet, stop func(), err error) {
 	// The dispatchers trust the SendGrid double's certificate, and nothing
 	// else: they call no other TLS server.
-	certFile, err := writeCert(doubles.addrs.SendGridCertPEM)
+	certFile, err := writeCert(a.SendGridCertPEM)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer os.Remove(certFile)
 	runEnv := append(env, "SSL_CERT_FILE="+certFile, "SSL_CERT_DIR=",
 		"DATABASE_URL="+cfg.DatabaseURL,
-		"STRIPE_API_KEY="+stripedouble.DefaultAPIKey, "STRIPE_API_BASE="+doubles.addrs.StripeURL,
-		"SENDGRID_API_KEY="+sendgriddouble.DefaultAPIKey, "SENDGRID_API_BASE="+doubles.addrs.SendGridURL,
+		"STRIPE_API_KEY="+stripedouble.DefaultAPIKey, "STRIPE_API_BASE="+a.StripeURL,
+		"SENDGRID_API_KEY="+sendgriddouble.DefaultAPIKey, "SENDGRID_API_BASE="+a.SendGridURL,
 	)
-	const grace = 5 * time.Second
-	fl := newFleet(cfg.Binary, dispatcherArgs(cfg, grace), runEnv, cfg.Dispatchers, cfg.LogDir, cfg.Logger)
-	defer fl.stop(grace)
+	fl = newFleet(cfg.Binary, dispatcherArgs(cfg, fleetGrace), runEnv, cfg.Dispatchers, cfg.LogDir, cfg.Logger)
+	stop = func() {
+		fl.stop(fleetGrace)
+		os.Remove(certFile)
+	}
 	if err := fl.startAll(); err != nil {
-		return nil, err
+		stop()
+		return nil, nil, err
 	}
+	return fl, stop, nil
+}
 
-	op, err := newOperator(pool, registry, doubles.addrs, cfg.CallTimeout, cfg.Logger)
-	if err != nil {
-		return nil, err
-	}
-	runCtx, cancelRun := context.WithCancel(ctx)
-	defer cancelRun()
-	drv.run(runCtx, float64(cfg.Messages)/cfg.Duration.Seconds(), cfg.Consumers, cfg.Seed)
-
-	// The chaos.
+// unleash is the chaos, for cfg.Duration: 503 storms, operator actions,
+// dispatchers SIGKILLed and backends terminated, each drawing from a seed
+// of its own, with a progress line every two seconds. It returns the
+// backend killer, whose records the verdict reads.
+func unleash(ctx context.Context, cfg Config, started time.Time, a DoublesAddrs, fl *fleet, op *operator, drv *driver) (*backendKiller, error) {
 	chaosCtx, stopChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer stopChaos()
 	var chaosWG sync.WaitGroup
 	var killErr error
-	var backend backendKiller
+	backend := &backendKiller{}
 	chaosWG.Add(4)
 	go func() {
 		defer chaosWG.Done()
-		storms(chaosCtx, doubles.addrs, cfg.Storms, cfg.StormLength, cfg.Duration, rand.New(rand.NewPCG(cfg.Seed, 4)), cfg.Logger)
+		storms(chaosCtx, a, cfg.Storms, cfg.StormLength, cfg.Duration, rand.New(rand.NewPCG(cfg.Seed, 4)), cfg.Logger)
 	}()
 	go func() {
 		defer chaosWG.Done()
@@ -437,22 +498,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if killErr != nil {
-		return nil, killErr
-	}
-	rep.ChaosSeconds = time.Since(started).Seconds()
-	fmt.Fprintf(cfg.Progress, "chaos over after %s; draining with %d dispatchers, no more kills\n", time.Since(started).Round(time.Second), fl.running())
+	return backend, killErr
+}
 
-	drainStart := time.Now()
-	drainErr := drain(ctx, cfg, pool, drv, fl, rep)
-	rep.DrainSeconds = time.Since(drainStart).Seconds()
-	if drainErr != nil {
-		drainErr = fmt.Errorf("%w\n%s", drainErr, fl.outputs())
-	}
-	cancelRun()
-	fl.stop(grace)
-
-	st := fl.stats()
+// countRun fills the report's counts of what the run did: the fleet's
+// starts and kills, the backends terminated, the driver's deliveries and
+// the operator's actions.
+func countRun(rep *Report, cfg Config, st fleetStats, backend *backendKiller, drv *driver, op *operator) {
 	rep.DispatcherStarts = st.starts
 	rep.DispatcherKills = len(st.kills)
 	rep.UnexpectedExits = len(st.unexpected)
@@ -476,26 +528,27 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.LongConsumerMessages++
 		}
 	}
-	if drainErr != nil {
-		rep.TotalSeconds = time.Since(started).Seconds()
-		return rep, drainErr
-	}
+}
 
-	ev, err := collect(ctx, doubles.addrs, append(st.kills, st.exits...), backend.times())
+// judge reads the doubles' records and the chaos log, and judges the
+// drained run by them. The error wraps ErrViolated when the report has
+// problems.
+func judge(ctx context.Context, cfg Config, pool *pgxpool.Pool, a DoublesAddrs, st fleetStats, backend *backendKiller, started time.Time, rep *Report) error {
+	ev, err := collect(ctx, a, append(st.kills, st.exits...), backend.times())
 	if err != nil {
-		return rep, err
+		return err
 	}
 	if err := verify(ctx, cfg, pool, ev, rep); err != nil {
-		return rep, err
+		return err
 	}
 	for _, u := range st.unexpected {
 		cfg.Logger.Warn(u)
 	}
 	rep.TotalSeconds = time.Since(started).Seconds()
 	if !rep.OK() {
-		return rep, fmt.Errorf("%w: %s", ErrViolated, strings.Join(rep.Problems, "; "))
+		return fmt.Errorf("%w: %s", ErrViolated, strings.Join(rep.Problems, "; "))
 	}
-	return rep, nil
+	return nil
 }
 
 // dispatcherArgs are the flags of every 'outboxd run'.
@@ -531,19 +584,6 @@ func childEnv() []string {
 		}
 	}
 	return env
-}
-
-// registryFor builds the adapters the driver validates payloads with.
-func registryFor(a DoublesAddrs) (*providers.Registry, error) {
-	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: a.StripeURL})
-	if err != nil {
-		return nil, err
-	}
-	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: a.SendGridURL})
-	if err != nil {
-		return nil, err
-	}
-	return providers.NewRegistry(sp, gp)
 }
 
 // killDispatchers SIGKILLs a random dispatcher (and starts a new one) at

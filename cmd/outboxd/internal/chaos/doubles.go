@@ -27,9 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
 	"github.com/outboxkit/outbox/providers/fault"
-	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
-	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
 
 // WirePath is where each double served by ServeDoubles answers with its
@@ -354,82 +353,156 @@ func (s *statusWriter) Flush() {
 // it in a process of its own (outboxd chaos --serve-doubles), so the
 // doubles' records outlive every dispatcher the suite kills.
 func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddrs)) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	faults, err := newInjectors(cfg)
+	if err != nil {
+		return err
+	}
+	sb, err := sandbox.Start(&sandbox.Config{
+		StripeFaults: faults.stripe, StripeLookupFaults: faults.stripeLookups,
+		SendGridFaults: faults.sendgrid, SendGridLookupFaults: faults.sendgridLookups,
+	})
+	if err != nil {
+		return err
+	}
+	defer sb.Close()
+	// The doubles' own listeners go unused: the suite reaches them through
+	// the wrapped handlers below.
+	var servers []*http.Server
+	defer func() {
+		for _, srv := range servers {
+			_ = srv.Close()
+		}
+	}()
+	addrs, err := serveWrapped(cfg, sb, faults, &servers)
+	if err != nil {
+		return err
+	}
+	ready(addrs)
+	<-ctx.Done()
+	return nil
+}
+
+func (cfg DoublesConfig) validate() error {
 	if cfg.FaultRate < 0 || cfg.FaultRate > 1 {
 		return fmt.Errorf("chaos: DoublesConfig.FaultRate must be between 0 and 1, got %g", cfg.FaultRate)
 	}
 	if cfg.FaultRate > 0 && cfg.DelayFor <= 0 {
 		return errors.New("chaos: DoublesConfig.DelayFor must be positive when FaultRate is")
 	}
-	rates := fault.Rates{
-		LoseResponse: cfg.FaultRate * ShareLoseResponse,
-		ErrorAfter:   cfg.FaultRate * ShareErrorAfter,
-		ErrorBefore:  cfg.FaultRate * ShareErrorBefore,
-		RateLimit:    cfg.FaultRate * ShareRateLimit,
-		Delay:        cfg.FaultRate * ShareDelay,
-		DelayFor:     cfg.DelayFor,
-		RetryAfter:   time.Second,
-	}
-	stripeFaults, sendgridFaults := fault.New(cfg.Seed), fault.New(cfg.Seed+1)
-	var faultsOn atomic.Bool
-	startFaults := func() error {
-		for _, f := range []*fault.Injector{stripeFaults, sendgridFaults} {
-			if err := f.SetRates(rates); err != nil {
-				return fmt.Errorf("chaos: fault rates: %w", err)
-			}
-		}
-		faultsOn.Store(true)
-		return nil
-	}
-	if !cfg.HoldFaults {
-		if err := startFaults(); err != nil {
-			return err
-		}
-	} else if err := fault.New(0).SetRates(rates); err != nil {
-		return fmt.Errorf("chaos: fault rates: %w", err)
-	}
-	// Look-ups are refused too (DESIGN.md, invariant 12): a 404, as
-	// Stripe answers a PaymentIntent of another account or mode and
-	// SendGrid an unknown resource, and 429s; neither proves anything.
-	lookupRates := fault.Rates{ErrorBefore: cfg.FaultRate * ShareLookupRefused, Status: http.StatusNotFound,
-		RateLimit: cfg.FaultRate * ShareLookupRateLimited, RetryAfter: time.Second}
-	stripeLookups, sendgridLookups := fault.New(cfg.Seed+2), fault.New(cfg.Seed+3)
-	startLookupFaults := func() error {
-		for _, f := range []*fault.Injector{stripeLookups, sendgridLookups} {
-			if err := f.SetRates(lookupRates); err != nil {
-				return fmt.Errorf("chaos: look-up fault rates: %w", err)
-			}
-		}
-		return nil
-	}
-	if !cfg.HoldFaults {
-		if err := startLookupFaults(); err != nil {
-			return err
-		}
-	}
-	stripe, err := stripedouble.NewServer(stripedouble.Config{Faults: stripeFaults, LookupFaults: stripeLookups})
-	if err != nil {
-		return err
-	}
-	defer stripe.Close()
-	sendgrid, err := sendgriddouble.NewServer(sendgriddouble.Config{Faults: sendgridFaults, LookupFaults: sendgridLookups})
-	if err != nil {
-		return err
-	}
-	defer sendgrid.Close()
+	return nil
+}
 
+// injectors are the doubles' fault injectors, for effects and for
+// look-ups, and the switch that turns their rates on.
+type injectors struct {
+	stripe, sendgrid               *fault.Injector
+	stripeLookups, sendgridLookups *fault.Injector
+	rates, lookupRates             fault.Rates
+	on                             atomic.Bool
+	once                           sync.Once
+}
+
+// newInjectors draws each injector from a seed of its own and turns the
+// faults on, unless cfg.HoldFaults: then their rates are only checked, and
+// startOnce turns them on.
+func newInjectors(cfg DoublesConfig) (*injectors, error) {
+	in := &injectors{
+		stripe: fault.New(cfg.Seed), sendgrid: fault.New(cfg.Seed + 1),
+		stripeLookups: fault.New(cfg.Seed + 2), sendgridLookups: fault.New(cfg.Seed + 3),
+		rates: fault.Rates{
+			LoseResponse: cfg.FaultRate * ShareLoseResponse,
+			ErrorAfter:   cfg.FaultRate * ShareErrorAfter,
+			ErrorBefore:  cfg.FaultRate * ShareErrorBefore,
+			RateLimit:    cfg.FaultRate * ShareRateLimit,
+			Delay:        cfg.FaultRate * ShareDelay,
+			DelayFor:     cfg.DelayFor,
+			RetryAfter:   time.Second,
+		},
+		// Look-ups are refused too (DESIGN.md, invariant 12): a 404, as
+		// Stripe answers a PaymentIntent of another account or mode and
+		// SendGrid an unknown resource, and 429s; neither proves anything.
+		lookupRates: fault.Rates{ErrorBefore: cfg.FaultRate * ShareLookupRefused, Status: http.StatusNotFound,
+			RateLimit: cfg.FaultRate * ShareLookupRateLimited, RetryAfter: time.Second},
+	}
+	if cfg.HoldFaults {
+		if err := fault.New(0).SetRates(in.rates); err != nil {
+			return nil, fmt.Errorf("chaos: fault rates: %w", err)
+		}
+		return in, nil
+	}
+	return in, in.start()
+}
+
+// start sets the injectors' rates. on reports, from then, that the faults
+// are on.
+func (in *injectors) start() error {
+	for _, f := range []*fault.Injector{in.stripe, in.sendgrid} {
+		if err := f.SetRates(in.rates); err != nil {
+			return fmt.Errorf("chaos: fault rates: %w", err)
+		}
+	}
+	in.on.Store(true)
+	for _, f := range []*fault.Injector{in.stripeLookups, in.sendgridLookups} {
+		if err := f.SetRates(in.lookupRates); err != nil {
+			return fmt.Errorf("chaos: look-up fault rates: %w", err)
+		}
+	}
+	return nil
+}
+
+// startOnce is start the first time it is called, and nothing after.
+func (in *injectors) startOnce() error {
+	var err error
+	in.once.Do(func() { err = in.start() })
+	return err
+}
+
+// serveWrapped serves the doubles' handlers, wrapped with the wire logs,
+// the Stripe double's control endpoints and storms, and the SendGrid
+// double's stream resets, on listeners of their own (appended to servers),
+// and returns where.
+func serveWrapped(cfg DoublesConfig, sb *sandbox.Sandbox, faults *injectors, servers *[]*http.Server) (DoublesAddrs, error) {
 	var stripeWire, sendgridWire wireLog
-	st := &storm{faults: stripeFaults}
-	var startOnce sync.Once
+	stripeSrv, stripeURL, err := serve(recordWire(stripeControl(sb, faults), []string{"/v1/payment_intents", "/v1/refunds"}, stripeIntentID, &stripeWire))
+	if err != nil {
+		return DoublesAddrs{}, err
+	}
+	*servers = append(*servers, stripeSrv)
+	rs := &resetter{rnd: rand.New(rand.NewPCG(cfg.Seed+2, 7))}
+	if cfg.SendGridTLS {
+		rs.rate = cfg.FaultRate * ShareStreamReset
+	}
+	sendgridHandler := recordWire(rs.wrap(sb.SendGrid().Handler(), "/v3/mail/send", &faults.on), []string{"/v3/mail/send"}, sendgridIntentID, &sendgridWire)
+	sendgridSrv, sendgridURL, err := serve(sendgridHandler)
+	if err != nil {
+		return DoublesAddrs{}, err
+	}
+	*servers = append(*servers, sendgridSrv)
+	addrs := DoublesAddrs{StripeURL: stripeURL, SendGridURL: sendgridURL, SendGridControlURL: sendgridURL}
+	if cfg.SendGridTLS {
+		tlsSrv, tlsURL, certPEM, err := serveTLS(sendgridHandler)
+		if err != nil {
+			return DoublesAddrs{}, err
+		}
+		*servers = append(*servers, tlsSrv)
+		addrs.SendGridURL, addrs.SendGridCertPEM = tlsURL, certPEM
+	}
+	return addrs, nil
+}
+
+// stripeControl is the Stripe double's handler, with storms, and the
+// control endpoints of the doubles' process: StartPath, PaymentIntentsPath
+// and RefundsPath.
+func stripeControl(sb *sandbox.Sandbox, faults *injectors) http.Handler {
+	stripe := sb.Stripe()
+	st := &storm{faults: faults.stripe}
 	control := http.NewServeMux()
 	control.Handle("/", st.wrap(stripe.Handler(), "/v1/payment_intents"))
 	control.HandleFunc("POST "+StartPath, func(w http.ResponseWriter, r *http.Request) {
-		var err error
-		startOnce.Do(func() {
-			if err = startFaults(); err == nil {
-				err = startLookupFaults()
-			}
-		})
-		if err != nil {
+		if err := faults.startOnce(); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -453,33 +526,7 @@ func ServeDoubles(ctx context.Context, cfg DoublesConfig, ready func(DoublesAddr
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 	})
-	stripeSrv, stripeURL, err := serve(recordWire(control, []string{"/v1/payment_intents", "/v1/refunds"}, stripeIntentID, &stripeWire))
-	if err != nil {
-		return err
-	}
-	defer stripeSrv.Close()
-	rs := &resetter{rnd: rand.New(rand.NewPCG(cfg.Seed+2, 7))}
-	if cfg.SendGridTLS {
-		rs.rate = cfg.FaultRate * ShareStreamReset
-	}
-	sendgridHandler := recordWire(rs.wrap(sendgrid.Handler(), "/v3/mail/send", &faultsOn), []string{"/v3/mail/send"}, sendgridIntentID, &sendgridWire)
-	sendgridSrv, sendgridURL, err := serve(sendgridHandler)
-	if err != nil {
-		return err
-	}
-	defer sendgridSrv.Close()
-	addrs := DoublesAddrs{StripeURL: stripeURL, SendGridURL: sendgridURL, SendGridControlURL: sendgridURL}
-	if cfg.SendGridTLS {
-		tlsSrv, tlsURL, certPEM, err := serveTLS(sendgridHandler)
-		if err != nil {
-			return err
-		}
-		defer tlsSrv.Close()
-		addrs.SendGridURL, addrs.SendGridCertPEM = tlsURL, certPEM
-	}
-	ready(addrs)
-	<-ctx.Done()
-	return nil
+	return control
 }
 
 func serve(h http.Handler) (*http.Server, string, error) {

@@ -202,14 +202,60 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 		return fmt.Errorf("chaos: read intents: %w", err)
 	}
 	rep.Intents = len(all)
+	v := &verdict{cfg: cfg, ev: ev, rep: rep, foreign: ev.foreignIDs()}
+	v.countProviderSide()
+	if want := intentsRecorded(rep.Messages); rep.Intents != want {
+		v.problem("%d intents recorded for %d messages, want %d", rep.Intents, rep.Messages, want)
+	}
+	// checkDependents also counts the cancels' effects, which judging the
+	// intents reads.
+	if v.dependents, err = checkDependents(ctx, pool, ev, rep, v.problem); err != nil {
+		return err
+	}
+	inDoubt, byID, known := v.judgeIntents(all)
+	if err := pool.QueryRow(ctx, inDoubtEventsSQL).Scan(&rep.InDoubtSettledByLookUp, &rep.InDoubtFoundByLookUp, &rep.ProvenAbsent); err != nil {
+		return fmt.Errorf("chaos: count look-ups: %w", err)
+	}
+	v.checkEffectsKnown(known)
+	v.checkEffectsAttributed()
+	if err := explainInDoubt(ctx, cfg, pool, ev, inDoubt, byID, rep, v.problem); err != nil {
+		return err
+	}
+	return v.checkConsistency(ctx, pool)
+}
+
+// verdict is what verify judges by (the configuration, the evidence, the
+// other deployment's PaymentIntents, the dependent intents) and the report
+// it fills.
+type verdict struct {
+	cfg        Config
+	ev         *evidence
+	rep        *Report
+	foreign    map[string]bool // the other deployment's PaymentIntents, by id
+	dependents map[int64]dependentRow
+}
+
+func (v *verdict) problem(format string, args ...any) {
+	v.rep.Problems = append(v.rep.Problems, fmt.Sprintf(format, args...))
+}
+
+// foreignIDs are the ids of the other deployment's PaymentIntents at the
+// Stripe double.
+func (ev *evidence) foreignIDs() map[string]bool {
 	foreign := map[string]bool{}
 	for _, o := range ev.stripeObjs {
 		if o.foreign() {
 			foreign[o.ID] = true
 		}
 	}
-	rep.ForeignAtDouble = len(foreign)
-	rep.Payments = len(ev.stripeObjs) - len(foreign)
+	return foreign
+}
+
+// countProviderSide fills the report's counts of what the doubles did.
+func (v *verdict) countProviderSide() {
+	rep, ev := v.rep, v.ev
+	rep.ForeignAtDouble = len(v.foreign)
+	rep.Payments = len(ev.stripeObjs) - len(v.foreign)
 	rep.Emails = ev.sendgrid.Emails
 	rep.Replays = ev.stripe.Replays
 	rep.StormAnswered = ev.storm.Answered
@@ -222,127 +268,158 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 		rep.FaultsInjected["sendgrid "+string(k)] = n
 	}
 	rep.InDoubtWhy = map[string]int{}
-	problem := func(format string, args ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, args...)) }
+}
 
-	if want := intentsRecorded(rep.Messages); rep.Intents != want {
-		problem("%d intents recorded for %d messages, want %d", rep.Intents, rep.Messages, want)
-	}
-	dependents, err := checkDependents(ctx, pool, ev, rep, problem)
-	if err != nil {
-		return err
-	}
-	known := map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, stripeprovider.KindRefund: {}, stripeprovider.KindCapture: {}, stripeprovider.KindCancel: {}, sendgridprovider.KindEmail: {}}
-	var inDoubt []int64
-	byID := map[int64]intentRow{}
+// judgeIntents judges every intent by its state and its effects, and
+// returns the in_doubt ones, every intent by id, and the ids of the intents
+// of each kind the doubles perform.
+func (v *verdict) judgeIntents(all []intentRow) (inDoubt []int64, byID map[int64]intentRow, known map[string]map[string]bool) {
+	known = map[string]map[string]bool{stripeprovider.KindPaymentIntent: {}, stripeprovider.KindRefund: {}, stripeprovider.KindCapture: {}, stripeprovider.KindCancel: {}, sendgridprovider.KindEmail: {}}
+	byID = map[int64]intentRow{}
 	stripeIntents, stripeInDoubt := 0, 0
 	for _, in := range all {
 		byID[in.ID] = in
 		if known[in.Kind] != nil {
 			known[in.Kind][strconv.FormatInt(in.ID, 10)] = true
 		}
+		if in.State == "in_doubt" {
+			inDoubt = append(inDoubt, in.ID)
+		}
 		if in.Kind == stripeprovider.KindPaymentIntent {
 			stripeIntents++
-		}
-		n := ev.effects(in.Kind, in.ID)
-		if n > 1 {
-			rep.DuplicateEffects++
-			problem("intent %d (%s) took effect %d times at the double", in.ID, in.Kind, n)
-		}
-		if in.MayHaveActed && in.AttemptCount >= cfg.MaxAttempts {
-			rep.BudgetSpentMayHaveActed++
-		}
-		switch in.State {
-		case "succeeded":
-			rep.Succeeded++
-			if in.byOperator() {
-				rep.ResolvedSucceeded++
-			}
-			if n != 1 {
-				problem("intent %d (%s) succeeded with %d effects at the double, want exactly 1", in.ID, in.Kind, n)
-			}
-			if foreign[in.ProviderRef] {
-				rep.AdoptedForeign++
-				problem("intent %d (%s) succeeded with another deployment's PaymentIntent %s", in.ID, in.Kind, in.ProviderRef)
-			}
-		case "in_doubt":
-			rep.InDoubt++
-			inDoubt = append(inDoubt, in.ID)
-			if n == 1 {
-				rep.InDoubtActed++
-			}
-			if in.Kind == stripeprovider.KindPaymentIntent {
+			if in.State == "in_doubt" {
 				stripeInDoubt++
 			}
-			if in.RecheckDue {
-				rep.InDoubtRecheckScheduled++
-			} else {
-				rep.InDoubtForOperator++
-			}
-		case "failed":
-			rep.Failed++
-			switch {
-			case in.byOperator():
-				rep.ResolvedFailed++
-				if n != 0 {
-					problem("intent %d (%s) was resolved failed by the operator, yet has %d effects at the double", in.ID, in.Kind, n)
-				}
-			case n != 0 || in.MayHaveActed:
-				problem("intent %d (%s) failed after %d attempts though it may have acted (%d effects at the double): %s",
-					in.ID, in.Kind, in.AttemptCount, n, in.LastError)
-			case in.AttemptCount >= cfg.MaxAttempts:
-				rep.FailedBudget++
-			}
-		case "cancelled":
-			f, isDependent := dependents[in.ID]
-			switch {
-			case in.byOperator():
-				rep.Cancelled++
-			case isDependent && f.PredecessorFailed:
-				rep.CancelledAfterPayment++
-			default:
-				problem("intent %d (%s) ended cancelled, which no operator asked for and no failed predecessor explains", in.ID, in.Kind)
-			}
-			if n != 0 {
-				problem("intent %d (%s) was cancelled, yet has %d effects at the double", in.ID, in.Kind, n)
-			}
-		case "waiting":
-			if f, isDependent := dependents[in.ID]; isDependent && f.PredecessorOpen {
-				rep.WaitingForPayment++
-			} else {
-				rep.Lost++
-				problem("intent %d (%s) still waiting after the drain, though nothing it comes after is in_doubt", in.ID, in.Kind)
-			}
-			if n != 0 {
-				problem("intent %d (%s) is waiting, yet has %d effects at the double", in.ID, in.Kind, n)
-			}
-		case "pending", "dispatching":
-			rep.Lost++
-			problem("intent %d (%s) still %s after the drain", in.ID, in.Kind, in.State)
-		default:
-			problem("intent %d (%s) ended %s, which nobody asked for", in.ID, in.Kind, in.State)
 		}
+		v.judge(in, v.ev.effects(in.Kind, in.ID))
 	}
 	if stripeIntents > 0 {
-		rep.StripeInDoubtShare = float64(stripeInDoubt) / float64(stripeIntents)
+		v.rep.StripeInDoubtShare = float64(stripeInDoubt) / float64(stripeIntents)
 	}
-	if err := pool.QueryRow(ctx, inDoubtEventsSQL).Scan(&rep.InDoubtSettledByLookUp, &rep.InDoubtFoundByLookUp, &rep.ProvenAbsent); err != nil {
-		return fmt.Errorf("chaos: count look-ups: %w", err)
+	return inDoubt, byID, known
+}
+
+// judge judges one intent that took effect n times at its double.
+func (v *verdict) judge(in intentRow, n int) {
+	if n > 1 {
+		v.rep.DuplicateEffects++
+		v.problem("intent %d (%s) took effect %d times at the double", in.ID, in.Kind, n)
 	}
+	if in.MayHaveActed && in.AttemptCount >= v.cfg.MaxAttempts {
+		v.rep.BudgetSpentMayHaveActed++
+	}
+	switch in.State {
+	case "succeeded":
+		v.succeeded(in, n)
+	case "in_doubt":
+		v.inDoubt(in, n)
+	case "failed":
+		v.failed(in, n)
+	case "cancelled":
+		v.cancelled(in, n)
+	case "waiting":
+		v.waiting(in, n)
+	case "pending", "dispatching":
+		v.rep.Lost++
+		v.problem("intent %d (%s) still %s after the drain", in.ID, in.Kind, in.State)
+	default:
+		v.problem("intent %d (%s) ended %s, which nobody asked for", in.ID, in.Kind, in.State)
+	}
+}
+
+func (v *verdict) succeeded(in intentRow, n int) {
+	v.rep.Succeeded++
+	if in.byOperator() {
+		v.rep.ResolvedSucceeded++
+	}
+	if n != 1 {
+		v.problem("intent %d (%s) succeeded with %d effects at the double, want exactly 1", in.ID, in.Kind, n)
+	}
+	if v.foreign[in.ProviderRef] {
+		v.rep.AdoptedForeign++
+		v.problem("intent %d (%s) succeeded with another deployment's PaymentIntent %s", in.ID, in.Kind, in.ProviderRef)
+	}
+}
+
+// inDoubt counts an in_doubt intent; explainInDoubt judges it.
+func (v *verdict) inDoubt(in intentRow, n int) {
+	v.rep.InDoubt++
+	if n == 1 {
+		v.rep.InDoubtActed++
+	}
+	if in.RecheckDue {
+		v.rep.InDoubtRecheckScheduled++
+	} else {
+		v.rep.InDoubtForOperator++
+	}
+}
+
+func (v *verdict) failed(in intentRow, n int) {
+	v.rep.Failed++
+	switch {
+	case in.byOperator():
+		v.rep.ResolvedFailed++
+		if n != 0 {
+			v.problem("intent %d (%s) was resolved failed by the operator, yet has %d effects at the double", in.ID, in.Kind, n)
+		}
+	case n != 0 || in.MayHaveActed:
+		v.problem("intent %d (%s) failed after %d attempts though it may have acted (%d effects at the double): %s",
+			in.ID, in.Kind, in.AttemptCount, n, in.LastError)
+	case in.AttemptCount >= v.cfg.MaxAttempts:
+		v.rep.FailedBudget++
+	}
+}
+
+func (v *verdict) cancelled(in intentRow, n int) {
+	f, isDependent := v.dependents[in.ID]
+	switch {
+	case in.byOperator():
+		v.rep.Cancelled++
+	case isDependent && f.PredecessorFailed:
+		v.rep.CancelledAfterPayment++
+	default:
+		v.problem("intent %d (%s) ended cancelled, which no operator asked for and no failed predecessor explains", in.ID, in.Kind)
+	}
+	if n != 0 {
+		v.problem("intent %d (%s) was cancelled, yet has %d effects at the double", in.ID, in.Kind, n)
+	}
+}
+
+func (v *verdict) waiting(in intentRow, n int) {
+	if f, isDependent := v.dependents[in.ID]; isDependent && f.PredecessorOpen {
+		v.rep.WaitingForPayment++
+	} else {
+		v.rep.Lost++
+		v.problem("intent %d (%s) still waiting after the drain, though nothing it comes after is in_doubt", in.ID, in.Kind)
+	}
+	if n != 0 {
+		v.problem("intent %d (%s) is waiting, yet has %d effects at the double", in.ID, in.Kind, n)
+	}
+}
+
+// checkEffectsKnown checks that every effect at a double is for an intent
+// of its kind in the database.
+func (v *verdict) checkEffectsKnown(known map[string]map[string]bool) {
+	ev := v.ev
 	for kind, byIntent := range map[string]map[string]int{stripeprovider.KindPaymentIntent: ev.ourStripe, stripeprovider.KindRefund: ev.ourRefunds, stripeprovider.KindCapture: ev.ourCaptures, stripeprovider.KindCancel: ev.ourCancels, sendgridprovider.KindEmail: ev.sendgrid.EffectsByIntent} {
 		for id, n := range byIntent {
 			if !known[kind][id] {
-				problem("the %s double performed %d effects for intent %q, which is not a %s intent in the database", kind, n, id, kind)
+				v.problem("the %s double performed %d effects for intent %q, which is not a %s intent in the database", kind, n, id, kind)
 			}
 		}
 	}
-	// Requests cut mid-body by a killed dispatcher carry no readable intent
-	// id; they cannot have acted, which the totals check: every effect at
-	// a double belongs to an intent.
-	rep.CutRequests = ev.unattributed
+}
+
+// checkEffectsAttributed checks that every effect at a double carries an
+// intent id. Requests cut mid-body by a killed dispatcher carry no readable
+// intent id; they cannot have acted, which the totals check.
+func (v *verdict) checkEffectsAttributed() {
+	ev := v.ev
+	v.rep.CutRequests = ev.unattributed
 	for name, c := range map[string]struct {
 		total    int
 		byIntent map[string]int
-	}{"Stripe": {rep.Payments, ev.ourStripe}, "Stripe refund": {len(ev.refunds), ev.ourRefunds}, "SendGrid": {ev.sendgrid.Emails, ev.sendgrid.EffectsByIntent}} {
+	}{"Stripe": {v.rep.Payments, ev.ourStripe}, "Stripe refund": {len(ev.refunds), ev.ourRefunds}, "SendGrid": {ev.sendgrid.Emails, ev.sendgrid.EffectsByIntent}} {
 		sum := 0
 		for id, n := range c.byIntent {
 			if id != "" {
@@ -350,30 +427,31 @@ func verify(ctx context.Context, cfg Config, pool *pgxpool.Pool, ev *evidence, r
 			}
 		}
 		if sum != c.total {
-			problem("the %s double performed %d effects, of which only %d carry an intent id", name, c.total, sum)
+			v.problem("the %s double performed %d effects, of which only %d carry an intent id", name, c.total, sum)
 		}
 	}
+}
 
-	if err := explainInDoubt(ctx, cfg, pool, ev, inDoubt, byID, rep, problem); err != nil {
-		return err
-	}
-
+// checkConsistency checks the consumers' transactions: every message has
+// its processed marker with exactly its intents, and its business row once.
+func (v *verdict) checkConsistency(ctx context.Context, pool *pgxpool.Pool) error {
+	rep := v.rep
 	var markers, markersWrong, intentsWithoutMarker, orders, ordersTwice, markersWithoutOrder int
 	if err := pool.QueryRow(ctx, consistencySQL, Consumers, stripeprovider.KindPaymentIntent, sendgridprovider.KindEmail, stripeprovider.KindRefund, stripeprovider.KindCapture, stripeprovider.KindCancel).
 		Scan(&markers, &markersWrong, &intentsWithoutMarker, &orders, &ordersTwice, &markersWithoutOrder, &rep.ReplayedAttempts, &rep.Reconciled); err != nil {
 		return fmt.Errorf("chaos: consistency: %w", err)
 	}
 	if markers != rep.Messages {
-		problem("%d processed markers for %d messages", markers, rep.Messages)
+		v.problem("%d processed markers for %d messages", markers, rep.Messages)
 	}
 	if markersWrong > 0 {
-		problem("%d processed markers without exactly their payment and email intents and at most one refund, capture and cancel", markersWrong)
+		v.problem("%d processed markers without exactly their payment and email intents and at most one refund, capture and cancel", markersWrong)
 	}
 	if intentsWithoutMarker > 0 {
-		problem("%d intents recorded by a consumer have no processed marker", intentsWithoutMarker)
+		v.problem("%d intents recorded by a consumer have no processed marker", intentsWithoutMarker)
 	}
 	if orders != rep.Messages || ordersTwice > 0 || markersWithoutOrder > 0 {
-		problem("business rows: %d messages stored, %d stored more than once, %d markers without their row (want %d, 0, 0)",
+		v.problem("business rows: %d messages stored, %d stored more than once, %d markers without their row (want %d, 0, 0)",
 			orders, ordersTwice, markersWithoutOrder, rep.Messages)
 	}
 	return nil

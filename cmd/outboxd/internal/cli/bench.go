@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -18,6 +20,50 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, env Env) error {
+	fs, f := newBenchFlags(env)
+	if err := parse(fs, args, env); err != nil {
+		return err
+	}
+	logger, err := f.logs.logger(env.Stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.config(logger, env)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	report, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return f.writeReport(report, args, env)
+}
+
+// benchFlags are the flags of outboxd bench.
+type benchFlags struct {
+	dbURL         string
+	out           string
+	only          string
+	peers         string
+	smoke         bool
+	quick         bool
+	strict        bool
+	fetchCooldown time.Duration
+	asJSON        bool
+	cpuProfile    string
+	logs          logFlags
+}
+
+// newBenchFlags declares outboxd bench's flags and its help.
+func newBenchFlags(env Env) (*flag.FlagSet, *benchFlags) {
+	f := &benchFlags{}
 	fs := newFlagSet("bench", "bench [flags]", `
 Measures throughput, latency and memory, each figure against a baseline
 measured in the same run on the same database, and prints one table (also
@@ -63,66 +109,44 @@ two cores; --quick runs every scenario with smaller sizes (a few minutes,
 noisier figures); --smoke runs every scenario briefly (the figures then
 mean nothing). A missed target is reported in the table; with --strict it also
 makes the command exit 1.`, env)
-	var dbURL string
-	registerDatabaseFlag(fs, env, &dbURL)
-	out := fs.String("out", "", "also write the table to this file")
-	only := fs.String("only", "", "comma-separated scenarios to run (default all): "+strings.Join(bench.Scenarios(), ", "))
-	peers := fs.String("peers", "", "comma-separated peers the e2e scenario compares with (default all): "+strings.Join(bench.Peers(), ", ")+peersNotLinked())
-	smoke := fs.Bool("smoke", false, "run every scenario with tiny sizes, to check that it works")
-	quick := fs.Bool("quick", false, "run every scenario with smaller sizes, for development (noisier figures)")
-	strict := fs.Bool("strict", false, "exit 1 when a target is missed")
-	fetchCooldown := fs.Duration("fetch-cooldown", dispatcher.DefaultFetchCooldown, "FetchCooldown of the dispatchers and of the River baselines (see 'outboxd run --help')")
-	asJSON := fs.Bool("json", false, "print the report as JSON instead of the table")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (consumers, dispatcher and doubles; not outboxd run, not Postgres) to this file; read it with 'go tool pprof'")
-	var logs logFlags
-	logs.register(fs)
-	logs.level = "error"
-	if err := parse(fs, args, env); err != nil {
-		return err
-	}
-	logger, err := logs.logger(env.Stderr)
+	registerDatabaseFlag(fs, env, &f.dbURL)
+	fs.StringVar(&f.out, "out", "", "also write the table to this file")
+	fs.StringVar(&f.only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(bench.Scenarios(), ", "))
+	fs.StringVar(&f.peers, "peers", "", "comma-separated peers the e2e scenario compares with (default all): "+strings.Join(bench.Peers(), ", ")+peersNotLinked())
+	fs.BoolVar(&f.smoke, "smoke", false, "run every scenario with tiny sizes, to check that it works")
+	fs.BoolVar(&f.quick, "quick", false, "run every scenario with smaller sizes, for development (noisier figures)")
+	fs.BoolVar(&f.strict, "strict", false, "exit 1 when a target is missed")
+	fs.DurationVar(&f.fetchCooldown, "fetch-cooldown", dispatcher.DefaultFetchCooldown, "FetchCooldown of the dispatchers and of the River baselines (see 'outboxd run --help')")
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON instead of the table")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (consumers, dispatcher and doubles; not outboxd run, not Postgres) to this file; read it with 'go tool pprof'")
+	f.logs.register(fs)
+	f.logs.level = "error"
+	return fs, f
+}
+
+// config is the bench's configuration from the flags, refusing unknown
+// scenarios and peers.
+func (f *benchFlags) config(logger *slog.Logger, env Env) (bench.Config, error) {
+	scenarios, err := f.scenarios()
 	if err != nil {
-		return err
+		return bench.Config{}, err
 	}
-	var scenarios []string
-	if *only != "" {
-		for _, s := range strings.Split(*only, ",") {
-			s = strings.TrimSpace(s)
-			known := false
-			for _, k := range bench.Scenarios() {
-				known = known || k == s
-			}
-			if !known {
-				return usageErrorf("--only: unknown scenario %q (want %s)", s, strings.Join(bench.Scenarios(), ", "))
-			}
-			scenarios = append(scenarios, s)
-		}
+	peerList, err := f.peerList()
+	if err != nil {
+		return bench.Config{}, err
 	}
-	var peerList []string
-	if *peers != "" {
-		for _, p := range strings.Split(*peers, ",") {
-			p = strings.TrimSpace(p)
-			if slices.Contains(bench.UnlinkedPeers(), p) {
-				return usageErrorf("--peers: %s is not in this binary: build outboxd with -tags benchpeers (make bench does)", p)
-			}
-			if !slices.Contains(bench.Peers(), p) {
-				return usageErrorf("--peers: unknown peer %q (want %s)", p, strings.Join(bench.Peers(), ", "))
-			}
-			peerList = append(peerList, p)
-		}
+	if f.fetchCooldown < time.Millisecond {
+		return bench.Config{}, usageErrorf("--fetch-cooldown must be at least 1ms, got %s", f.fetchCooldown)
 	}
-	if *fetchCooldown < time.Millisecond {
-		return usageErrorf("--fetch-cooldown must be at least 1ms, got %s", *fetchCooldown)
+	cfg := bench.Config{ServerURL: f.dbURL, Only: scenarios, Peers: peerList, FetchCooldown: f.fetchCooldown, Progress: env.Stderr, Logger: logger}
+	if f.smoke && f.quick {
+		return bench.Config{}, usageErrorf("--smoke and --quick exclude each other")
 	}
-	cfg := bench.Config{ServerURL: dbURL, Only: scenarios, Peers: peerList, FetchCooldown: *fetchCooldown, Progress: env.Stderr, Logger: logger}
-	if *smoke && *quick {
-		return usageErrorf("--smoke and --quick exclude each other")
-	}
-	if *smoke {
+	if f.smoke {
 		sizes := bench.SmokeSizes()
 		cfg.Sizes = &sizes
 	}
-	if *quick {
+	if f.quick {
 		sizes := bench.QuickSizes()
 		cfg.Sizes = &sizes
 	}
@@ -130,29 +154,71 @@ makes the command exit 1.`, env)
 	if self, err := os.Executable(); err == nil {
 		cfg.Outboxd = self
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	return cfg, nil
+}
+
+func (f *benchFlags) scenarios() ([]string, error) {
+	if f.only == "" {
+		return nil, nil
 	}
-	report, err := bench.Run(ctx, cfg)
+	var scenarios []string
+	for _, s := range strings.Split(f.only, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(bench.Scenarios(), s) {
+			return nil, usageErrorf("--only: unknown scenario %q (want %s)", s, strings.Join(bench.Scenarios(), ", "))
+		}
+		scenarios = append(scenarios, s)
+	}
+	return scenarios, nil
+}
+
+func (f *benchFlags) peerList() ([]string, error) {
+	if f.peers == "" {
+		return nil, nil
+	}
+	var peerList []string
+	for _, p := range strings.Split(f.peers, ",") {
+		p = strings.TrimSpace(p)
+		if slices.Contains(bench.UnlinkedPeers(), p) {
+			return nil, usageErrorf("--peers: %s is not in this binary: build outboxd with -tags benchpeers (make bench does)", p)
+		}
+		if !slices.Contains(bench.Peers(), p) {
+			return nil, usageErrorf("--peers: unknown peer %q (want %s)", p, strings.Join(bench.Peers(), ", "))
+		}
+		peerList = append(peerList, p)
+	}
+	return peerList, nil
+}
+
+// startCPUProfile profiles this process into the file named path, if any,
+// until the function it returns is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+// writeReport prints the report as the table (or JSON), writes the table to
+// --out, and with --strict fails when a target was missed.
+func (f *benchFlags) writeReport(report *bench.Report, args []string, env Env) error {
 	command := "outboxd bench " + strings.Join(args, " ")
 	var text strings.Builder
 	if err := report.WriteTable(&text, strings.TrimSpace(command)); err != nil {
 		return err
 	}
-	if *asJSON {
+	if f.asJSON {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(report); err != nil {
@@ -161,12 +227,12 @@ makes the command exit 1.`, env)
 	} else {
 		fmt.Fprint(env.Stdout, text.String())
 	}
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(text.String()), 0o644); err != nil {
+	if f.out != "" {
+		if err := os.WriteFile(f.out, []byte(text.String()), 0o644); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
 	}
-	if *strict && !report.AllMet() {
+	if f.strict && !report.AllMet() {
 		return errors.New("some targets were missed (see the table)")
 	}
 	return nil

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
@@ -56,15 +58,15 @@ exit.`, env)
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	stripe, err := stripedouble.NewServer(stripedouble.Config{Addr: *stripeAddr, Faults: stripeFaults})
-	if err != nil {
-		return fmt.Errorf("--stripe-addr: %w", err)
+	sb, err := sandbox.Start(&sandbox.Config{StripeAddr: *stripeAddr, SendGridAddr: *sendgridAddr, StripeFaults: stripeFaults, SendGridFaults: sendgridFaults})
+	var de *sandbox.DoubleError
+	if errors.As(err, &de) {
+		return fmt.Errorf("%s: %w", addrFlag[de.Double], de.Err)
 	}
-	sendgrid, err := sendgriddouble.NewServer(sendgriddouble.Config{Addr: *sendgridAddr, Faults: sendgridFaults})
 	if err != nil {
-		_ = stripe.Close()
-		return fmt.Errorf("--sendgrid-addr: %w", err)
+		return err
 	}
+	stripe, sendgrid := sb.Stripe(), sb.SendGrid()
 
 	fmt.Fprintf(env.Stdout, `Stripe double    %[1]s   (stats: %[1]s/_double/stats)
 SendGrid double  %[2]s   (stats: %[2]s/_double/stats)
@@ -80,17 +82,14 @@ Serving until SIGINT or SIGTERM.
 `, stripe.URL(), sendgrid.URL(), *faultRate, *seed, stripedouble.DefaultAPIKey, sendgriddouble.DefaultAPIKey)
 
 	<-ctx.Done()
-	// The doubles close their connections at once: a request still held by
-	// a delay fault is cut, as a provider restarting would cut it.
-	stripeErr, sendgridErr := stripe.Close(), sendgrid.Close()
-	if stripeErr != nil {
-		return fmt.Errorf("stop the Stripe double: %w", stripeErr)
-	}
-	if sendgridErr != nil {
-		return fmt.Errorf("stop the SendGrid double: %w", sendgridErr)
+	if err := sb.Close(); err != nil {
+		return err
 	}
 	st, sg := stripe.Stats(), sendgrid.Stats()
 	fmt.Fprintf(env.Stdout, "Stopped. Stripe double: %d PaymentIntents, %d replays, %d duplicate effects. SendGrid double: %d emails.\n",
 		st.PaymentIntents, st.Replays, st.DuplicateEffects, sg.Emails)
 	return nil
 }
+
+// addrFlag is the flag that sets each double's address.
+var addrFlag = map[string]string{sandbox.Stripe: "--stripe-addr", sandbox.SendGrid: "--sendgrid-addr"}

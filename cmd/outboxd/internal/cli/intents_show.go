@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
 	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/intents/intenttype"
 )
 
 func runIntentsShow(ctx context.Context, args []string, env Env) error {
@@ -77,7 +78,24 @@ Examples:
 	return printDetail(env.Stdout, d, time.Now(), *reveal)
 }
 
+// printDetail prints an intent as `outboxd intents show` shows it: its
+// fields, how to check it at its provider, its payload, its attempts and its
+// events.
 func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) error {
+	if err := printFields(w, d, now); err != nil {
+		return err
+	}
+	if err := printHowToCheck(w, d.HowToCheck); err != nil {
+		return err
+	}
+	printPayload(w, d.Intent.Payload, revealed)
+	if err := printAttempts(w, d.Attempts); err != nil {
+		return err
+	}
+	return printEvents(w, d.Events)
+}
+
+func printFields(w io.Writer, d audit.Detail, now time.Time) error {
 	in := d.Intent
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "intent\t%d\n", in.ID)
@@ -118,13 +136,12 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) erro
 	if in.FinishedAt != nil {
 		fmt.Fprintf(tw, "finished\t%s\n", stamp(*in.FinishedAt))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	return tw.Flush()
+}
 
-	c := d.HowToCheck
+func printHowToCheck(w io.Writer, c audit.Check) error {
 	fmt.Fprintf(w, "\nhow to check at the provider (%s):\n", termtext.Line(c.Provider))
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  search for\t%s\n", termtext.Line(c.Search))
 	if c.URL != "" {
 		fmt.Fprintf(tw, "  where\t%s\n", termtext.Line(c.URL))
@@ -136,7 +153,12 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) erro
 		return err
 	}
 	fmt.Fprintf(w, "  %s\n", termtext.Line(c.Note))
+	return nil
+}
 
+// printPayload prints the payload indented when it is JSON, as stored
+// otherwise.
+func printPayload(w io.Writer, payload json.RawMessage, revealed bool) {
 	if revealed {
 		fmt.Fprintln(w, "\npayload (unredacted; this reveal is recorded in the event log):")
 	} else {
@@ -144,46 +166,49 @@ func printDetail(w io.Writer, d audit.Detail, now time.Time, revealed bool) erro
 	}
 	var pretty strings.Builder
 	var v any
-	if err := json.Unmarshal(in.Payload, &v); err == nil {
+	if err := json.Unmarshal(payload, &v); err == nil {
 		out, _ := json.MarshalIndent(v, "  ", "  ")
 		pretty.Write(out)
 	} else {
-		pretty.Write(in.Payload)
+		pretty.Write(payload)
 	}
 	fmt.Fprintf(w, "  %s\n", termtext.Clean(pretty.String(), true))
+}
 
-	fmt.Fprintf(w, "\nattempts (%d):\n", len(d.Attempts))
-	if len(d.Attempts) > 0 {
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  #\tSTARTED\tENDED\tOUTCOME\tHTTP\tREPLAYED\tPROVIDER REF\tERROR")
-		for _, a := range d.Attempts {
-			ended, outcome := "-", a.Outcome
-			if a.FinishedAt != nil {
-				ended = stamp(*a.FinishedAt)
-			}
-			if outcome == "" {
-				outcome = "(no outcome: in flight or cut short)"
-			}
-			status := "-"
-			if a.HTTPStatus != 0 {
-				status = strconv.Itoa(a.HTTPStatus)
-			}
-			replayed := "no"
-			if a.Replayed {
-				replayed = "yes"
-			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(a.StartedAt), ended, termtext.Line(outcome), status, replayed,
-				orDash(termtext.Line(a.ProviderRef)), orDash(oneLine(a.Error, 120)))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+func printAttempts(w io.Writer, attempts []intenttype.Attempt) error {
+	fmt.Fprintf(w, "\nattempts (%d):\n", len(attempts))
+	if len(attempts) == 0 {
+		return nil
 	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tSTARTED\tENDED\tOUTCOME\tHTTP\tREPLAYED\tPROVIDER REF\tERROR")
+	for _, a := range attempts {
+		ended, outcome := "-", a.Outcome
+		if a.FinishedAt != nil {
+			ended = stamp(*a.FinishedAt)
+		}
+		if outcome == "" {
+			outcome = "(no outcome: in flight or cut short)"
+		}
+		status := "-"
+		if a.HTTPStatus != 0 {
+			status = strconv.Itoa(a.HTTPStatus)
+		}
+		replayed := "no"
+		if a.Replayed {
+			replayed = "yes"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(a.StartedAt), ended, termtext.Line(outcome), status, replayed,
+			orDash(termtext.Line(a.ProviderRef)), orDash(oneLine(a.Error, 120)))
+	}
+	return tw.Flush()
+}
 
-	fmt.Fprintf(w, "\nevents (%d):\n", len(d.Events))
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+func printEvents(w io.Writer, events []intenttype.Event) error {
+	fmt.Fprintf(w, "\nevents (%d):\n", len(events))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  AT\tACTOR\tCHANGE\tREASON")
-	for _, e := range d.Events {
+	for _, e := range events {
 		change := string(e.ToState)
 		switch e.FromState {
 		case "":

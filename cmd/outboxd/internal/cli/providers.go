@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -145,90 +147,110 @@ type credentialError struct{ problems []string }
 
 func (e *credentialError) Error() string { return strings.Join(e.problems, "; ") }
 
+// build builds the adapter of the provider named name.
 func (p *providerFlags) build(ctx context.Context, env Env, name string, needKeys bool, client *http.Client, logger *slog.Logger) (providers.Provider, error) {
 	switch name {
 	case stripeprovider.Name:
-		key, err := loadKey(env, "STRIPE_API_KEY", needKeys)
-		if err != nil {
-			return nil, err
-		}
-		sp, err := stripeprovider.New(stripeprovider.Config{APIKey: key, BaseURL: p.stripeBase, HTTPClient: client})
-		if err != nil {
-			return nil, usageErrorf("--stripe-api-base: %v", err)
-		}
-		return sp, nil
+		return p.buildStripe(env, needKeys, client)
 	case sendgridprovider.Name:
-		key, err := loadKey(env, "SENDGRID_API_KEY", needKeys)
-		if err != nil {
-			return nil, err
-		}
-		gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: key, BaseURL: p.sendgridBase, HTTPClient: client, Reconcile: p.sendgridReconcile})
-		if err != nil {
-			return nil, usageErrorf("--sendgrid-api-base: %v", err)
-		}
-		return gp, nil
+		return p.buildSendGrid(env, needKeys, client)
 	case jetstreamprovider.Name:
-		cfg := jetstreamprovider.Config{URL: p.natsURL, Logger: logger.With("provider", "nats")}
-		if needKeys {
-			cfg.Stream, cfg.KeyWindow = p.natsStream, p.natsKeyWindow
-		}
-		np, err := jetstreamprovider.New(ctx, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("nats provider: %w", err)
-		}
-		p.closers = append(p.closers, np.Close)
-		return np, nil
+		return p.buildNATS(ctx, needKeys, logger)
 	case amqpprovider.Name:
-		url, err := loadKey(env, "AMQP_URL", needKeys)
-		if err != nil {
-			return nil, err
-		}
-		ap, err := amqpprovider.New(amqpprovider.Config{URL: url, Logger: logger.With("provider", "rabbitmq")})
-		if err != nil {
-			return nil, fmt.Errorf("rabbitmq provider: %w", err)
-		}
-		p.closers = append(p.closers, func() { _ = ap.Close() })
-		return ap, nil
+		return p.buildRabbitMQ(env, needKeys, logger)
 	case webhookprovider.Name:
-		if len(p.webhooks) == 0 {
-			return nil, usageErrorf("the webhook provider needs at least one --webhook NAME=URL")
-		}
-		cfg := webhookprovider.Config{Endpoints: map[string]webhookprovider.Endpoint{}, HTTPClient: client}
-		var missing credentialError
-		endpoints := make([]string, 0, len(p.webhooks))
-		for endpoint := range p.webhooks {
-			endpoints = append(endpoints, endpoint)
-		}
-		sort.Strings(endpoints)
-		for _, endpoint := range endpoints {
-			url := p.webhooks[endpoint]
-			variable := "WEBHOOK_" + strings.ToUpper(endpoint) + "_SECRET"
-			secretValue, err := secret.LoadFrom(env.Getenv, variable)
-			if err != nil {
-				if needKeys {
-					missing.problems = append(missing.problems, err.Error())
-					continue
-				}
-				secretValue = "validation-only-placeholder-secret"
-			}
-			ep := webhookprovider.Endpoint{URL: url, Secret: secretValue, Timeout: p.webhookTimeout}
-			if p.webhookHeader != "" {
-				ep.IdempotencyHeader, ep.KeyWindow = p.webhookHeader, p.webhookKeyWindow
-			}
-			cfg.Endpoints[endpoint] = ep
-		}
-		if len(missing.problems) > 0 {
-			return nil, &missing
-		}
-		wp, err := webhookprovider.New(cfg)
-		if err != nil {
-			return nil, usageErrorf("--webhook: %v", err)
-		}
-		return wp, nil
+		return p.buildWebhook(env, needKeys, client)
 	case "":
 		return nil, usageErrorf("--providers is empty: name at least one of %s", knownProviders)
 	}
 	return nil, usageErrorf("--providers: unknown provider %q (known: %s)", name, knownProviders)
+}
+
+func (p *providerFlags) buildStripe(env Env, needKeys bool, client *http.Client) (providers.Provider, error) {
+	key, err := loadKey(env, "STRIPE_API_KEY", needKeys)
+	if err != nil {
+		return nil, err
+	}
+	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: key, BaseURL: p.stripeBase, HTTPClient: client})
+	if err != nil {
+		return nil, usageErrorf("--stripe-api-base: %v", err)
+	}
+	return sp, nil
+}
+
+func (p *providerFlags) buildSendGrid(env Env, needKeys bool, client *http.Client) (providers.Provider, error) {
+	key, err := loadKey(env, "SENDGRID_API_KEY", needKeys)
+	if err != nil {
+		return nil, err
+	}
+	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: key, BaseURL: p.sendgridBase, HTTPClient: client, Reconcile: p.sendgridReconcile})
+	if err != nil {
+		return nil, usageErrorf("--sendgrid-api-base: %v", err)
+	}
+	return gp, nil
+}
+
+// buildNATS builds the nats adapter. Only the dispatcher names the stream:
+// reading its key window needs the server, and recording only validates
+// payloads.
+func (p *providerFlags) buildNATS(ctx context.Context, needKeys bool, logger *slog.Logger) (providers.Provider, error) {
+	cfg := jetstreamprovider.Config{URL: p.natsURL, Logger: logger.With("provider", "nats")}
+	if needKeys {
+		cfg.Stream, cfg.KeyWindow = p.natsStream, p.natsKeyWindow
+	}
+	np, err := jetstreamprovider.New(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nats provider: %w", err)
+	}
+	p.closers = append(p.closers, np.Close)
+	return np, nil
+}
+
+func (p *providerFlags) buildRabbitMQ(env Env, needKeys bool, logger *slog.Logger) (providers.Provider, error) {
+	url, err := loadKey(env, "AMQP_URL", needKeys)
+	if err != nil {
+		return nil, err
+	}
+	ap, err := amqpprovider.New(amqpprovider.Config{URL: url, Logger: logger.With("provider", "rabbitmq")})
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq provider: %w", err)
+	}
+	p.closers = append(p.closers, func() { _ = ap.Close() })
+	return ap, nil
+}
+
+// buildWebhook builds one endpoint per --webhook, each with its secret;
+// every missing secret is reported at once.
+func (p *providerFlags) buildWebhook(env Env, needKeys bool, client *http.Client) (providers.Provider, error) {
+	if len(p.webhooks) == 0 {
+		return nil, usageErrorf("the webhook provider needs at least one --webhook NAME=URL")
+	}
+	cfg := webhookprovider.Config{Endpoints: map[string]webhookprovider.Endpoint{}, HTTPClient: client}
+	var missing credentialError
+	for _, endpoint := range slices.Sorted(maps.Keys(p.webhooks)) {
+		variable := "WEBHOOK_" + strings.ToUpper(endpoint) + "_SECRET"
+		secretValue, err := secret.LoadFrom(env.Getenv, variable)
+		if err != nil {
+			if needKeys {
+				missing.problems = append(missing.problems, err.Error())
+				continue
+			}
+			secretValue = "validation-only-placeholder-secret"
+		}
+		ep := webhookprovider.Endpoint{URL: p.webhooks[endpoint], Secret: secretValue, Timeout: p.webhookTimeout}
+		if p.webhookHeader != "" {
+			ep.IdempotencyHeader, ep.KeyWindow = p.webhookHeader, p.webhookKeyWindow
+		}
+		cfg.Endpoints[endpoint] = ep
+	}
+	if len(missing.problems) > 0 {
+		return nil, &missing
+	}
+	wp, err := webhookprovider.New(cfg)
+	if err != nil {
+		return nil, usageErrorf("--webhook: %v", err)
+	}
+	return wp, nil
 }
 
 // close releases the providers' connections.

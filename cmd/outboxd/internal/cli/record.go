@@ -72,15 +72,11 @@ is absorbed as duplicates.`, env)
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
-	in := env.Stdin
-	if *file != "-" {
-		f, err := os.Open(*file)
-		if err != nil {
-			return usageErrorf("--file: %v", err)
-		}
-		defer f.Close()
-		in = f
+	in, closeInput, err := openInput(*file, env)
+	if err != nil {
+		return err
 	}
+	defer closeInput()
 	registry, err := pf.registry(ctx, env, false, nil, nil)
 	if err != nil {
 		return err
@@ -99,14 +95,8 @@ is absorbed as duplicates.`, env)
 	}
 
 	summary, err := recordValues(ctx, ingest.New(client, nil), in, env.Stderr)
-	if *asJSON {
-		if err := writeJSON(env.Stdout, summary); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintf(env.Stdout, "%s (%s): %s recorded with %s, %s absorbed, %s\n",
-			plural(summary.Values, "value"), plural(summary.Lines, "line"), plural(summary.Messages, "message"),
-			plural(summary.Intents, "intent"), plural(summary.Duplicates, "duplicate"), plural(summary.BadValues, "bad value"))
+	if err := printRecordSummary(env.Stdout, summary, *asJSON); err != nil {
+		return err
 	}
 	if err != nil {
 		return err
@@ -114,6 +104,28 @@ is absorbed as duplicates.`, env)
 	if summary.BadValues > 0 {
 		return fmt.Errorf("%s (reported above); nothing of them was written", plural(summary.BadValues, "bad value"))
 	}
+	return nil
+}
+
+// openInput opens --file, or stdin for "-".
+func openInput(file string, env Env) (in io.Reader, closeInput func(), err error) {
+	if file == "-" {
+		return env.Stdin, func() {}, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, nil, usageErrorf("--file: %v", err)
+	}
+	return f, func() { f.Close() }, nil
+}
+
+func printRecordSummary(w io.Writer, summary recordSummary, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, summary)
+	}
+	fmt.Fprintf(w, "%s (%s): %s recorded with %s, %s absorbed, %s\n",
+		plural(summary.Values, "value"), plural(summary.Lines, "line"), plural(summary.Messages, "message"),
+		plural(summary.Intents, "intent"), plural(summary.Duplicates, "duplicate"), plural(summary.BadValues, "bad value"))
 	return nil
 }
 
@@ -212,92 +224,125 @@ type jsonValue struct {
 func scanJSONValues(in io.Reader, emit func(jsonValue) bool) {
 	scanner := bufio.NewScanner(in)
 	scanner.Buffer(make([]byte, 64<<10), maxRecordValue)
-	var (
-		lineNo   int
-		buf      []byte
-		start    int
-		depth    int
-		inString bool
-		escaped  bool
-	)
-	reset := func() { buf, depth, inString, escaped = nil, 0, false, false }
-	send := func(v jsonValue) bool {
-		v.lastLine = lineNo
-		return emit(v)
-	}
+	c := &valueCutter{emit: emit}
 	for scanner.Scan() {
-		lineNo++
-		line := scanner.Bytes()
-		i := 0
-		if depth > 0 && len(line) > 0 && line[0] == '{' {
-			if !send(jsonValue{line: start, bad: fmt.Errorf("incomplete JSON value: line %d starts a new value before this one ended", lineNo)}) {
-				return
-			}
-			reset()
-		}
-		for i < len(line) {
-			c := line[i]
-			if depth == 0 {
-				switch c {
-				case ' ', '\t', '\r', '\n':
-					i++
-					continue
-				case '{', '[':
-					start, depth, buf = lineNo, 1, append(buf[:0], c)
-					i++
-					continue
-				}
-				// A scalar or garbage: the rest of the line.
-				if !send(jsonValue{data: bytes.TrimSpace(append([]byte(nil), line[i:]...)), line: lineNo}) {
-					return
-				}
-				i = len(line)
-				continue
-			}
-			buf = append(buf, c)
-			i++
-			switch {
-			case inString && escaped:
-				escaped = false
-			case inString && c == '\\':
-				escaped = true
-			case inString && c == '"':
-				inString = false
-			case inString:
-			case c == '"':
-				inString = true
-			case c == '{' || c == '[':
-				depth++
-			case c == '}' || c == ']':
-				depth--
-				if depth == 0 {
-					v := jsonValue{data: buf, line: start}
-					reset()
-					if !send(v) {
-						return
-					}
-				}
-			}
-		}
-		if depth > 0 {
-			buf = append(buf, '\n')
-			if len(buf) > maxRecordValue {
-				send(jsonValue{fatal: fmt.Errorf("the value starting at line %d: longer than %d bytes", start, maxRecordValue)})
-				return
-			}
+		if !c.cutLine(scanner.Bytes()) {
+			return
 		}
 	}
-	if err := scanner.Err(); err != nil {
+	c.end(scanner.Err())
+}
+
+// valueCutter is what scanJSONValues carries from one line to the next:
+// the value still open, and where the scan is in it.
+type valueCutter struct {
+	emit     func(jsonValue) bool
+	lineNo   int
+	buf      []byte // the open value so far
+	start    int    // the line it starts on
+	depth    int    // brackets open; 0 outside any value
+	inString bool
+	escaped  bool
+}
+
+func (c *valueCutter) send(v jsonValue) bool {
+	v.lastLine = c.lineNo
+	return c.emit(v)
+}
+
+func (c *valueCutter) reset() { c.buf, c.depth, c.inString, c.escaped = nil, 0, false, false }
+
+// cutLine reads the next line, emitting every value that ends on it. It
+// returns false once the scan must stop: emit said so, or the open value
+// grew longer than maxRecordValue.
+func (c *valueCutter) cutLine(line []byte) bool {
+	c.lineNo++
+	if c.depth > 0 && len(line) > 0 && line[0] == '{' {
+		if !c.send(jsonValue{line: c.start, bad: fmt.Errorf("incomplete JSON value: line %d starts a new value before this one ended", c.lineNo)}) {
+			return false
+		}
+		c.reset()
+	}
+	for i := 0; i < len(line); {
+		if c.depth == 0 {
+			var more bool
+			if i, more = c.outside(line, i); !more {
+				return false
+			}
+			continue
+		}
+		if !c.inside(line[i]) {
+			return false
+		}
+		i++
+	}
+	if c.depth > 0 {
+		c.buf = append(c.buf, '\n')
+		if len(c.buf) > maxRecordValue {
+			c.send(jsonValue{fatal: fmt.Errorf("the value starting at line %d: longer than %d bytes", c.start, maxRecordValue)})
+			return false
+		}
+	}
+	return true
+}
+
+// outside reads line from i, outside any value: it skips a blank, opens a
+// value at '{' or '[', and emits anything else as a value running to the
+// end of the line. It returns where to read on, and false if emit said
+// stop.
+func (c *valueCutter) outside(line []byte, i int) (int, bool) {
+	switch line[i] {
+	case ' ', '\t', '\r', '\n':
+		return i + 1, true
+	case '{', '[':
+		c.start, c.depth, c.buf = c.lineNo, 1, append(c.buf[:0], line[i])
+		return i + 1, true
+	}
+	// A scalar or garbage: the rest of the line.
+	return len(line), c.send(jsonValue{data: bytes.TrimSpace(append([]byte(nil), line[i:]...)), line: c.lineNo})
+}
+
+// inside adds b to the open value, and emits the value if b closes it. It
+// returns false if emit said stop.
+func (c *valueCutter) inside(b byte) bool {
+	c.buf = append(c.buf, b)
+	switch {
+	case c.inString && c.escaped:
+		c.escaped = false
+	case c.inString && b == '\\':
+		c.escaped = true
+	case c.inString && b == '"':
+		c.inString = false
+	case c.inString:
+	case b == '"':
+		c.inString = true
+	case b == '{' || b == '[':
+		c.depth++
+	case b == '}' || b == ']':
+		c.depth--
+		if c.depth == 0 {
+			v := jsonValue{data: c.buf, line: c.start}
+			c.reset()
+			return c.send(v)
+		}
+	}
+	return true
+}
+
+// end reports what the input ended on: a read error, or a value still
+// open.
+func (c *valueCutter) end(err error) {
+	if err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("line %d: longer than %d bytes", lineNo+1, maxRecordValue)
+			err = fmt.Errorf("line %d: longer than %d bytes", c.lineNo+1, maxRecordValue)
 		} else {
 			err = fmt.Errorf("read input: %w", err)
 		}
-		send(jsonValue{fatal: err})
+		c.send(jsonValue{fatal: err})
 		return
 	}
-	if depth > 0 {
-		send(jsonValue{line: start, bad: errors.New("incomplete JSON value: the input ended before it did")})
+	if c.depth > 0 {
+		c.send(jsonValue{line: c.start, bad: errors.New("incomplete JSON value: the input ended before it did")})
 	}
 }
 

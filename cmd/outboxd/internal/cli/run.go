@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sethvargo/go-retry"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
@@ -27,6 +29,100 @@ import (
 )
 
 func runDispatcher(ctx context.Context, args []string, env Env) error {
+	fs, f := newRunFlags(env)
+	if err := parse(fs, args, env); err != nil {
+		return err
+	}
+	adminToken, err := loadAdminToken(env, f.adminAddr)
+	if err != nil {
+		return err
+	}
+	if err := f.validate(); err != nil {
+		return err
+	}
+	logger, err := f.logs.logger(env.Stderr)
+	if err != nil {
+		return err
+	}
+	logger = riverInfoAsDebug(logger) // River's routine INFO lines go out at DEBUG
+	registry, err := f.providers.registry(ctx, env, true, nil, logger)
+	if err != nil {
+		return err
+	}
+	defer f.providers.close()
+	tracerProvider, flushTraces, err := startTracing(ctx, env, logger)
+	if err != nil {
+		return err
+	}
+	// After the dispatcher stopped: its last spans are flushed too.
+	defer flushTraces()
+	cfg, err := f.dispatcherConfig(registry, tracerProvider, logger)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	pool, err := openPoolWaiting(ctx, f.dbURL, int32(f.workers+10), logger)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := checkSchema(ctx, pool, logger); err != nil {
+		return err
+	}
+	outboxMetrics := metrics.New(pool)
+	cfg.Observer = outboxMetrics
+	d, err := dispatcher.New(pool, cfg)
+	if err != nil {
+		return err
+	}
+	// The admin server listens before anything is dispatched: an address
+	// taken (by another outboxd run, whose dashboard an operator would
+	// read for this one's) fails the start, with nothing done.
+	admin, err := startAdmin(ctx, adminParams{
+		addr: f.adminAddr, token: adminToken, tlsTerminated: f.adminTLSTerminated,
+		pool: pool, registry: registry, metrics: outboxMetrics,
+		// /metrics serves the outbox's metrics, the database gauges, Go
+		// and process.
+		gatherer: outboxMetrics.Registry(), logger: logger,
+		tracerProvider: cfg.TracerProvider,
+	})
+	if err != nil {
+		return err
+	}
+	return dispatchUntilDone(ctx, d, admin, registry, f, logger)
+}
+
+// runFlags are the flags of outboxd run.
+type runFlags struct {
+	dbURL              string
+	providers          providerFlags
+	workers            int
+	maxAttempts        int
+	callTimeout        time.Duration
+	retryBackoff       time.Duration
+	retryBackoffMax    time.Duration
+	sweepInterval      time.Duration
+	rescueAfter        time.Duration
+	fetchCooldown      time.Duration
+	fetchLoops         int
+	recheckDelay       time.Duration
+	maxRechecks        int
+	recheckInterval    time.Duration
+	settleRetryFor     time.Duration
+	absenceSettleTime  time.Duration
+	grace              time.Duration
+	dedupWindow        time.Duration
+	auditRetention     time.Duration
+	adminAddr          string
+	adminTLSTerminated bool
+	logs               logFlags
+}
+
+// newRunFlags declares outboxd run's flags and its help.
+func newRunFlags(env Env) (*flag.FlagSet, *runFlags) {
+	f := &runFlags{}
 	fs := newFlagSet("run", "run [flags]", `
 Runs the dispatcher: River workers that perform every recorded intent once,
 passing the intent's idempotency key to providers that accept one (Stripe)
@@ -52,141 +148,110 @@ Stops gracefully on SIGINT or SIGTERM: no new attempts start, attempts in
 flight record their outcome, for at most --shutdown-grace; spans not yet
 exported are then flushed.
 `+tracingHelp, env)
-	var dbURL string
-	registerDatabaseFlag(fs, env, &dbURL)
-	var pf providerFlags
-	pf.register(fs, env)
-	workers := fs.Int("workers", dispatcher.DefaultMaxWorkers, "intents worked at once by this process")
-	maxAttempts := fs.Int("max-attempts", dispatcher.DefaultMaxAttempts, "attempts per intent before it fails")
-	callTimeout := fs.Duration("call-timeout", dispatcher.DefaultCallTimeout, "timeout of one call to a provider")
-	retryBackoff := fs.Duration("retry-backoff", dispatcher.DefaultRetryBackoff, "delay before the second attempt; doubles each attempt, with jitter")
-	retryBackoffMax := fs.Duration("retry-backoff-max", dispatcher.DefaultRetryBackoffMax, "longest delay between attempts")
-	sweepInterval := fs.Duration("sweep-interval", dispatcher.DefaultSweepInterval, "how often the leader re-enqueues stranded intents")
-	rescueAfter := fs.Duration("rescue-after", 0, "how long a job may run before it is presumed dead (a killed dispatcher) and rescued; default 2×call-timeout+65s")
-	fetchCooldown := fs.Duration("fetch-cooldown", 0, "shortest pause between job fetches (River's FetchCooldown); lower means lower latency and more queries; 0 keeps the default, "+dispatcher.DefaultFetchCooldown.String())
-	fetchLoops := fs.Int("fetch-loops", 0, fmt.Sprintf("fetch loops sharing --workers, each with one job fetch in flight (a slow provider keeps more workers busy with more loops; each holds a connection for notifications); 0 keeps the default, one per %d workers, at most %d", dispatcher.DefaultWorkersPerFetchLoop, dispatcher.MaxFetchLoops))
-	recheckDelay := fs.Duration("recheck-delay", dispatcher.DefaultRecheckDelay, "how long after an in_doubt verdict whose look-up proved nothing the provider is asked again; each later look-up waits twice as long")
-	maxRechecks := fs.Int("max-rechecks", dispatcher.DefaultMaxRechecks, "look-ups of an in_doubt intent before it waits for an operator; negative: never look up again")
-	recheckInterval := fs.Duration("recheck-interval", dispatcher.DefaultRecheckInterval, "how often the leader looks for in_doubt intents whose look-up is due")
-	settleRetryFor := fs.Duration("settle-retry-for", dispatcher.DefaultSettleRetryFor, "how long an outcome is sent to the database again while it is away (a failover, a restart) before it is given up")
-	absenceSettleTime := fs.Duration("absence-settle-time", dispatcher.DefaultAbsenceSettleTime, "how long after an attempt that got no final answer a consistent read that finds nothing proves absence (the request may still be executing at the provider before then)")
-	grace := fs.Duration("shutdown-grace", 30*time.Second, "how long shutdown waits for attempts in flight")
-	dedupWindow := fs.Duration("dedup-window", dispatcher.DefaultDedupWindow, "how long processed markers are kept: a message redelivered later is handled as new; at least max-attempts × retry-backoff-max")
-	auditRetention := fs.Duration("audit-retention", dispatcher.DefaultAuditRetention, "how long succeeded, failed and cancelled intents are kept after they finish, with their attempts and events (in_doubt and unfinished ones are kept until they finish)")
-	adminAddr := fs.String("admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminhttp.TokenEnv)
-	adminTLSTerminated := fs.Bool("admin-tls-terminated", false, "browsers reach the admin server over HTTPS through a proxy that terminates TLS: mark its session cookie Secure (it always is on a TLS request)")
-	var logs logFlags
-	logs.register(fs)
-	if err := parse(fs, args, env); err != nil {
-		return err
-	}
-	adminToken, err := loadAdminToken(env, *adminAddr)
-	if err != nil {
-		return err
-	}
-	for name, d := range map[string]time.Duration{"call-timeout": *callTimeout, "retry-backoff": *retryBackoff, "retry-backoff-max": *retryBackoffMax, "sweep-interval": *sweepInterval, "shutdown-grace": *grace, "dedup-window": *dedupWindow, "audit-retention": *auditRetention} {
+	registerDatabaseFlag(fs, env, &f.dbURL)
+	f.providers.register(fs, env)
+	fs.IntVar(&f.workers, "workers", dispatcher.DefaultMaxWorkers, "intents worked at once by this process")
+	fs.IntVar(&f.maxAttempts, "max-attempts", dispatcher.DefaultMaxAttempts, "attempts per intent before it fails")
+	fs.DurationVar(&f.callTimeout, "call-timeout", dispatcher.DefaultCallTimeout, "timeout of one call to a provider")
+	fs.DurationVar(&f.retryBackoff, "retry-backoff", dispatcher.DefaultRetryBackoff, "delay before the second attempt; doubles each attempt, with jitter")
+	fs.DurationVar(&f.retryBackoffMax, "retry-backoff-max", dispatcher.DefaultRetryBackoffMax, "longest delay between attempts")
+	fs.DurationVar(&f.sweepInterval, "sweep-interval", dispatcher.DefaultSweepInterval, "how often the leader re-enqueues stranded intents")
+	fs.DurationVar(&f.rescueAfter, "rescue-after", 0, "how long a job may run before it is presumed dead (a killed dispatcher) and rescued; default 2×call-timeout+65s")
+	fs.DurationVar(&f.fetchCooldown, "fetch-cooldown", 0, "shortest pause between job fetches (River's FetchCooldown); lower means lower latency and more queries; 0 keeps the default, "+dispatcher.DefaultFetchCooldown.String())
+	fs.IntVar(&f.fetchLoops, "fetch-loops", 0, fmt.Sprintf("fetch loops sharing --workers, each with one job fetch in flight (a slow provider keeps more workers busy with more loops; each holds a connection for notifications); 0 keeps the default, one per %d workers, at most %d", dispatcher.DefaultWorkersPerFetchLoop, dispatcher.MaxFetchLoops))
+	fs.DurationVar(&f.recheckDelay, "recheck-delay", dispatcher.DefaultRecheckDelay, "how long after an in_doubt verdict whose look-up proved nothing the provider is asked again; each later look-up waits twice as long")
+	fs.IntVar(&f.maxRechecks, "max-rechecks", dispatcher.DefaultMaxRechecks, "look-ups of an in_doubt intent before it waits for an operator; negative: never look up again")
+	fs.DurationVar(&f.recheckInterval, "recheck-interval", dispatcher.DefaultRecheckInterval, "how often the leader looks for in_doubt intents whose look-up is due")
+	fs.DurationVar(&f.settleRetryFor, "settle-retry-for", dispatcher.DefaultSettleRetryFor, "how long an outcome is sent to the database again while it is away (a failover, a restart) before it is given up")
+	fs.DurationVar(&f.absenceSettleTime, "absence-settle-time", dispatcher.DefaultAbsenceSettleTime, "how long after an attempt that got no final answer a consistent read that finds nothing proves absence (the request may still be executing at the provider before then)")
+	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long shutdown waits for attempts in flight")
+	fs.DurationVar(&f.dedupWindow, "dedup-window", dispatcher.DefaultDedupWindow, "how long processed markers are kept: a message redelivered later is handled as new; at least max-attempts × retry-backoff-max")
+	fs.DurationVar(&f.auditRetention, "audit-retention", dispatcher.DefaultAuditRetention, "how long succeeded, failed and cancelled intents are kept after they finish, with their attempts and events (in_doubt and unfinished ones are kept until they finish)")
+	fs.StringVar(&f.adminAddr, "admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminhttp.TokenEnv)
+	fs.BoolVar(&f.adminTLSTerminated, "admin-tls-terminated", false, "browsers reach the admin server over HTTPS through a proxy that terminates TLS: mark its session cookie Secure (it always is on a TLS request)")
+	f.logs.register(fs)
+	return fs, f
+}
+
+// validate refuses flags out of their bounds, before anything starts.
+func (f *runFlags) validate() error {
+	for name, d := range map[string]time.Duration{"call-timeout": f.callTimeout, "retry-backoff": f.retryBackoff, "retry-backoff-max": f.retryBackoffMax, "sweep-interval": f.sweepInterval, "shutdown-grace": f.grace, "dedup-window": f.dedupWindow, "audit-retention": f.auditRetention} {
 		if d <= 0 {
 			return usageErrorf("--%s must be positive, got %s", name, d)
 		}
 	}
-	if *rescueAfter < 0 || *fetchCooldown < 0 {
+	if f.rescueAfter < 0 || f.fetchCooldown < 0 {
 		return usageErrorf("--rescue-after and --fetch-cooldown must not be negative")
 	}
-	if *workers < 1 || *workers > 10000 {
-		return usageErrorf("--workers must be between 1 and 10000, got %d", *workers)
+	if f.workers < 1 || f.workers > 10000 {
+		return usageErrorf("--workers must be between 1 and 10000, got %d", f.workers)
 	}
-	if *fetchLoops < 0 || *fetchLoops > min(*workers, dispatcher.MaxFetchLoops) {
-		return usageErrorf("--fetch-loops must be between 1 and %d (and at most --workers, %d), or 0 for the default, got %d", dispatcher.MaxFetchLoops, *workers, *fetchLoops)
+	if f.fetchLoops < 0 || f.fetchLoops > min(f.workers, dispatcher.MaxFetchLoops) {
+		return usageErrorf("--fetch-loops must be between 1 and %d (and at most --workers, %d), or 0 for the default, got %d", dispatcher.MaxFetchLoops, f.workers, f.fetchLoops)
 	}
-	if *maxAttempts < 1 || *maxAttempts > 90 {
-		return usageErrorf("--max-attempts must be between 1 and 90, got %d", *maxAttempts)
+	if f.maxAttempts < 1 || f.maxAttempts > 90 {
+		return usageErrorf("--max-attempts must be between 1 and 90, got %d", f.maxAttempts)
 	}
-	logger, err := logs.logger(env.Stderr)
-	if err != nil {
-		return err
-	}
-	logger = riverInfoAsDebug(logger) // River's routine INFO lines go out at DEBUG
-	registry, err := pf.registry(ctx, env, true, nil, logger)
-	if err != nil {
-		return err
-	}
-	defer pf.close()
+	return nil
+}
 
-	tracerProvider, err := setupTracing(ctx, env)
-	if err != nil {
-		return err
-	}
-	if tracerProvider != nil {
-		defer func() {
-			// After the dispatcher stopped: its last spans are flushed too.
-			flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := tracerProvider.Shutdown(flushCtx); err != nil {
-				logger.Warn("could not flush traces", "error", err)
-			}
-		}()
-		logger.InfoContext(ctx, "tracing on: exporting spans over OTLP/HTTP")
-	}
-
+// dispatcherConfig is the dispatcher's configuration from the flags,
+// validated; tracerProvider is nil when tracing is off.
+func (f *runFlags) dispatcherConfig(registry *providers.Registry, tracerProvider *sdktrace.TracerProvider, logger *slog.Logger) (*dispatcher.Config, error) {
 	cfg := &dispatcher.Config{
 		Providers:            registry,
-		MaxWorkers:           *workers,
-		MaxAttempts:          *maxAttempts,
-		CallTimeout:          *callTimeout,
-		RetryBackoff:         *retryBackoff,
-		RetryBackoffMax:      *retryBackoffMax,
-		SweepInterval:        *sweepInterval,
-		RescueStuckJobsAfter: *rescueAfter,
-		FetchCooldown:        *fetchCooldown,
-		FetchLoops:           *fetchLoops,
-		DedupWindow:          *dedupWindow,
-		AuditRetention:       *auditRetention,
-		RecheckDelay:         *recheckDelay,
-		MaxRechecks:          *maxRechecks,
-		RecheckInterval:      *recheckInterval,
-		AbsenceSettleTime:    *absenceSettleTime,
-		SettleRetryFor:       *settleRetryFor,
+		MaxWorkers:           f.workers,
+		MaxAttempts:          f.maxAttempts,
+		CallTimeout:          f.callTimeout,
+		RetryBackoff:         f.retryBackoff,
+		RetryBackoffMax:      f.retryBackoffMax,
+		SweepInterval:        f.sweepInterval,
+		RescueStuckJobsAfter: f.rescueAfter,
+		FetchCooldown:        f.fetchCooldown,
+		FetchLoops:           f.fetchLoops,
+		DedupWindow:          f.dedupWindow,
+		AuditRetention:       f.auditRetention,
+		RecheckDelay:         f.recheckDelay,
+		MaxRechecks:          f.maxRechecks,
+		RecheckInterval:      f.recheckInterval,
+		AbsenceSettleTime:    f.absenceSettleTime,
+		SettleRetryFor:       f.settleRetryFor,
 		Logger:               logger,
 	}
+	// A nil *sdktrace.TracerProvider in the interface field would not be
+	// a nil interface: it is set only when tracing is on.
 	if tracerProvider != nil {
 		cfg.TracerProvider = tracerProvider
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageErrorf("%v", err)
+		return nil, usageErrorf("%v", err)
 	}
+	return cfg, nil
+}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	pool, err := openPoolWaiting(ctx, dbURL, int32(*workers+10), logger)
-	if err != nil {
-		return err
+// startTracing sets tracing up (see setupTracing) and returns the
+// provider, nil when tracing is off, and the function that flushes and
+// stops it.
+func startTracing(ctx context.Context, env Env, logger *slog.Logger) (*sdktrace.TracerProvider, func(), error) {
+	tracerProvider, err := setupTracing(ctx, env)
+	if err != nil || tracerProvider == nil {
+		return nil, func() {}, err
 	}
-	defer pool.Close()
-	if err := checkSchema(ctx, pool, logger); err != nil {
-		return err
-	}
-	outboxMetrics := metrics.New(pool)
-	cfg.Observer = outboxMetrics
-	// admin server: metricsRegistry is the prometheus.Gatherer to serve at
-	// /metrics (the outbox's metrics, the database gauges, Go and process).
-	metricsRegistry := outboxMetrics.Registry()
-	d, err := dispatcher.New(pool, cfg)
-	if err != nil {
-		return err
-	}
-	// The admin server listens before anything is dispatched: an address
-	// taken (by another outboxd run, whose dashboard an operator would
-	// read for this one's) fails the start, with nothing done.
-	admin, err := startAdmin(ctx, adminParams{
-		addr: *adminAddr, token: adminToken, tlsTerminated: *adminTLSTerminated,
-		pool: pool, registry: registry, metrics: outboxMetrics, gatherer: metricsRegistry, logger: logger,
-		tracerProvider: cfg.TracerProvider,
-	})
-	if err != nil {
-		return err
-	}
+	logger.InfoContext(ctx, "tracing on: exporting spans over OTLP/HTTP")
+	return tracerProvider, func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tracerProvider.Shutdown(flushCtx); err != nil {
+			logger.Warn("could not flush traces", "error", err)
+		}
+	}, nil
+}
+
+// dispatchUntilDone starts d, dispatches until ctx ends, then stops d and
+// the admin server together, within the shutdown grace.
+func dispatchUntilDone(ctx context.Context, d *dispatcher.Dispatcher, admin *runningAdmin, registry *providers.Registry, f *runFlags, logger *slog.Logger) error {
 	if err := d.Start(ctx); err != nil {
-		stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
+		stopCtx, cancel := context.WithTimeout(context.Background(), f.grace)
 		defer cancel()
 		_ = admin.shutdown(stopCtx)
 		return err
@@ -195,10 +260,10 @@ exported are then flushed.
 	for _, p := range registry.Providers() {
 		names = append(names, p.Name())
 	}
-	logger.InfoContext(ctx, "dispatcher started", "providers", names, "workers", *workers, "max_attempts", *maxAttempts)
+	logger.InfoContext(ctx, "dispatcher started", "providers", names, "workers", f.workers, "max_attempts", f.maxAttempts)
 	<-ctx.Done()
-	logger.Info("shutting down: waiting for attempts in flight", "grace", *grace)
-	stopCtx, cancel := context.WithTimeout(context.Background(), *grace)
+	logger.Info("shutting down: waiting for attempts in flight", "grace", f.grace)
+	stopCtx, cancel := context.WithTimeout(context.Background(), f.grace)
 	defer cancel()
 	adminStopped := make(chan error, 1)
 	go func() { adminStopped <- admin.shutdown(stopCtx) }()
@@ -208,7 +273,7 @@ exported are then flushed.
 	}
 	if err := dispatcherErr; err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("shutdown grace of %s passed with attempts still in flight; they were cancelled", *grace)
+			return fmt.Errorf("shutdown grace of %s passed with attempts still in flight; they were cancelled", f.grace)
 		}
 		return err
 	}

@@ -16,20 +16,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/internal/testkit/pgadmin"
 	"github.com/outboxkit/outbox/migrations"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
-	"github.com/outboxkit/outbox/providers/sendgridprovider"
-	"github.com/outboxkit/outbox/providers/sendgridprovider/sendgriddouble"
-	"github.com/outboxkit/outbox/providers/stripeprovider"
-	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
 
 // Defaults for Config.
@@ -108,20 +106,71 @@ var ErrEffectsWrong = errors.New("exactly-once violated")
 // Run runs the demo and returns its report. The error wraps ErrEffectsWrong
 // when the report has problems; any other error means the run itself failed.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	started := time.Now()
+
+	db, err := openScratch(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer db.close(ctx)
+	report := &Report{Database: db.name, Orders: cfg.Orders, DatabaseKept: cfg.KeepDatabase}
+
+	dbl, err := startDoubles(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer dbl.Close()
+	fmt.Fprintf(cfg.Progress, "Stripe double at %s, SendGrid double at %s (faults %s)\n", dbl.Stripe().URL(), dbl.SendGrid().URL(), onOff(cfg.Faults))
+
+	recorder, err := intents.NewClient(db.pool, &intents.Config{Providers: dbl.Registry(), Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	stop, err := startDispatcher(ctx, db.pool, dbl.Registry(), cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+
+	b := newBroker(cfg.Orders, cfg.Seed)
+	fmt.Fprintf(cfg.Progress, "delivering %d orders through an at-least-once broker to %d consumers\n", cfg.Orders, cfg.Consumers)
+	b.run(ctx, cfg.Consumers, recorder, cfg.Seed)
+	if err := waitDone(ctx, db.pool, b, cfg.Progress); err != nil {
+		return nil, err
+	}
+	stop() // the doubles' records are read once nothing calls them any more
+	b.stats(report)
+	if err := fill(ctx, db.pool, dbl, report); err != nil {
+		return nil, err
+	}
+	report.Seconds = time.Since(started).Seconds()
+	if !report.OK() {
+		return report, fmt.Errorf("%w: %v", ErrEffectsWrong, report.Problems)
+	}
+	return report, nil
+}
+
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.ServerURL == "" {
-		return nil, errors.New("demo: ServerURL is required")
+		return cfg, errors.New("demo: ServerURL is required")
 	}
 	if cfg.Orders == 0 {
 		cfg.Orders = DefaultOrders
 	}
 	if cfg.Orders < 1 || cfg.Orders > 100000 {
-		return nil, fmt.Errorf("demo: orders must be between 1 and 100000, got %d", cfg.Orders)
+		return cfg, fmt.Errorf("demo: orders must be between 1 and 100000, got %d", cfg.Orders)
 	}
 	if cfg.Consumers == 0 {
 		cfg.Consumers = DefaultConsumers
 	}
 	if cfg.Consumers < 1 || cfg.Consumers > 256 {
-		return nil, fmt.Errorf("demo: consumers must be between 1 and 256, got %d", cfg.Consumers)
+		return cfg, fmt.Errorf("demo: consumers must be between 1 and 256, got %d", cfg.Consumers)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -132,59 +181,69 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	started := time.Now()
+	return cfg, nil
+}
 
+// scratch is the run's database: created for it, migrated, with the demo's
+// orders table, and dropped by close unless Config.KeepDatabase.
+type scratch struct {
+	name string
+	pool *pgxpool.Pool
+	cfg  Config
+}
+
+func openScratch(ctx context.Context, cfg Config) (*scratch, error) {
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
-	dbName := fmt.Sprintf("outboxd_demo_%s_%s", time.Now().UTC().Format("20060102_150405"), hex.EncodeToString(suffix))
-	report := &Report{Database: dbName, Orders: cfg.Orders, DatabaseKept: cfg.KeepDatabase}
-	fmt.Fprintf(cfg.Progress, "creating scratch database %s\n", dbName)
-	if err := pgadmin.CreateDatabase(ctx, cfg.ServerURL, dbName, ""); err != nil {
+	db := &scratch{name: fmt.Sprintf("outboxd_demo_%s_%s", time.Now().UTC().Format("20060102_150405"), hex.EncodeToString(suffix)), cfg: cfg}
+	fmt.Fprintf(cfg.Progress, "creating scratch database %s\n", db.name)
+	if err := pgadmin.CreateDatabase(ctx, cfg.ServerURL, db.name, ""); err != nil {
 		return nil, err
 	}
-	if !cfg.KeepDatabase {
-		defer func() {
-			if err := pgadmin.DropDatabase(context.WithoutCancel(ctx), cfg.ServerURL, dbName); err != nil {
-				fmt.Fprintf(cfg.Progress, "could not drop %s: %v\n", dbName, err)
-			}
-		}()
+	if err := db.connect(ctx); err != nil {
+		db.close(ctx)
+		return nil, err
 	}
-	dbURL, err := pgadmin.WithDatabase(cfg.ServerURL, dbName)
+	return db, nil
+}
+
+func (db *scratch) connect(ctx context.Context) error {
+	dbURL, err := pgadmin.WithDatabase(db.cfg.ServerURL, db.name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	poolCfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	poolCfg.MaxConns = int32(cfg.Consumers + 30)
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
-	if err != nil {
-		return nil, err
+	poolCfg.MaxConns = int32(db.cfg.Consumers + 30)
+	if db.pool, err = pgxpool.NewWithConfig(ctx, poolCfg); err != nil {
+		return err
 	}
-	defer pool.Close()
-	if _, err := migrations.New(pool, cfg.Logger).Up(ctx); err != nil {
-		return nil, fmt.Errorf("demo: migrate: %w", err)
+	if _, err := migrations.New(db.pool, db.cfg.Logger).Up(ctx); err != nil {
+		return fmt.Errorf("demo: migrate: %w", err)
 	}
-	if _, err := pool.Exec(ctx, createOrdersSQL); err != nil {
-		return nil, err
-	}
+	_, err = db.pool.Exec(ctx, createOrdersSQL)
+	return err
+}
 
-	env, err := startDoubles(cfg)
-	if err != nil {
-		return nil, err
+func (db *scratch) close(ctx context.Context) {
+	if db.pool != nil {
+		db.pool.Close()
 	}
-	defer env.close()
-	fmt.Fprintf(cfg.Progress, "Stripe double at %s, SendGrid double at %s (faults %s)\n", env.stripe.URL(), env.sendgrid.URL(), onOff(cfg.Faults))
+	if db.cfg.KeepDatabase {
+		return
+	}
+	if err := pgadmin.DropDatabase(context.WithoutCancel(ctx), db.cfg.ServerURL, db.name); err != nil {
+		fmt.Fprintf(db.cfg.Progress, "could not drop %s: %v\n", db.name, err)
+	}
+}
 
-	recorder, err := intents.NewClient(pool, &intents.Config{Providers: env.registry, Logger: cfg.Logger})
-	if err != nil {
-		return nil, err
-	}
+// startDispatcher starts a dispatcher tuned for a short run and returns
+// the function that stops it, which may be called more than once.
+func startDispatcher(ctx context.Context, pool *pgxpool.Pool, registry *providers.Registry, logger *slog.Logger) (stop func(), err error) {
 	d, err := dispatcher.New(pool, &dispatcher.Config{
-		Providers:         env.registry,
+		Providers:         registry,
 		MaxWorkers:        20,
 		CallTimeout:       5 * time.Second,
 		RetryBackoff:      50 * time.Millisecond,
@@ -192,7 +251,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		FetchCooldown:     10 * time.Millisecond,
 		FetchPollInterval: 100 * time.Millisecond,
 		SweepInterval:     5 * time.Second,
-		Logger:            cfg.Logger,
+		Logger:            logger,
 	})
 	if err != nil {
 		return nil, err
@@ -200,34 +259,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := d.Start(ctx); err != nil {
 		return nil, err
 	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		defer cancel()
-		_ = d.Stop(stopCtx)
-	}
-	defer stop()
-
-	b := newBroker(cfg.Orders, cfg.Seed)
-	fmt.Fprintf(cfg.Progress, "delivering %d orders through an at-least-once broker to %d consumers\n", cfg.Orders, cfg.Consumers)
-	b.run(ctx, cfg.Consumers, recorder, cfg.Seed)
-	if err := waitDone(ctx, pool, b, cfg.Progress); err != nil {
-		return nil, err
-	}
-	stop()
-	b.stats(report)
-	if err := env.fill(ctx, pool, report); err != nil {
-		return nil, err
-	}
-	report.Seconds = time.Since(started).Seconds()
-	if !report.OK() {
-		return report, fmt.Errorf("%w: %v", ErrEffectsWrong, report.Problems)
-	}
-	return report, nil
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+			defer cancel()
+			_ = d.Stop(stopCtx)
+		})
+	}, nil
 }
 
 func onOff(b bool) string {
@@ -237,14 +276,10 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// environment is the two doubles and the adapters pointed at them.
-type environment struct {
-	stripe   *stripedouble.Server
-	sendgrid *sendgriddouble.Server
-	registry *providers.Registry
-}
-
-func startDoubles(cfg Config) (*environment, error) {
+// startDoubles starts the sandbox with the demo's faults, when
+// Config.Faults: lost responses, 500s after acting and 429s, each double
+// drawing from a seed of its own.
+func startDoubles(cfg Config) (*sandbox.Sandbox, error) {
 	stripeFaults, sendgridFaults := fault.New(cfg.Seed+1), fault.New(cfg.Seed+2)
 	if cfg.Faults {
 		if err := stripeFaults.SetRates(fault.Rates{LoseResponse: 0.06, ErrorAfter: 0.04, RateLimit: 0.05, RetryAfter: time.Second}); err != nil {
@@ -254,34 +289,5 @@ func startDoubles(cfg Config) (*environment, error) {
 			return nil, err
 		}
 	}
-	sd, err := stripedouble.NewServer(stripedouble.Config{Faults: stripeFaults})
-	if err != nil {
-		return nil, err
-	}
-	gd, err := sendgriddouble.NewServer(sendgriddouble.Config{Faults: sendgridFaults})
-	if err != nil {
-		sd.Close()
-		return nil, err
-	}
-	env := &environment{stripe: sd, sendgrid: gd}
-	sp, err := stripeprovider.New(stripeprovider.Config{APIKey: stripedouble.DefaultAPIKey, BaseURL: sd.URL()})
-	if err != nil {
-		env.close()
-		return nil, err
-	}
-	gp, err := sendgridprovider.New(sendgridprovider.Config{APIKey: sendgriddouble.DefaultAPIKey, BaseURL: gd.URL()})
-	if err != nil {
-		env.close()
-		return nil, err
-	}
-	if env.registry, err = providers.NewRegistry(sp, gp); err != nil {
-		env.close()
-		return nil, err
-	}
-	return env, nil
-}
-
-func (e *environment) close() {
-	e.stripe.Close()
-	e.sendgrid.Close()
+	return sandbox.Start(&sandbox.Config{StripeFaults: stripeFaults, SendGridFaults: sendgridFaults})
 }

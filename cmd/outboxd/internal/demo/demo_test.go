@@ -58,12 +58,12 @@ func TestReportCatchesADuplicateEffect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.close()
+	defer env.Close()
 	// Two PaymentIntents for one intent, as a dispatcher that repeated an
 	// ambiguous call without its key would cause.
 	for range 2 {
 		form := url.Values{"amount": {"500"}, "currency": {"usd"}, "metadata[intent_id]": {"1"}}
-		req, _ := http.NewRequest(http.MethodPost, env.stripe.URL()+"/v1/payment_intents", strings.NewReader(form.Encode()))
+		req, _ := http.NewRequest(http.MethodPost, env.Stripe().URL()+"/v1/payment_intents", strings.NewReader(form.Encode()))
 		req.Header.Set("Authorization", "Bearer "+stripedouble.DefaultAPIKey)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		resp, err := http.DefaultClient.Do(req)
@@ -73,7 +73,7 @@ func TestReportCatchesADuplicateEffect(t *testing.T) {
 		resp.Body.Close()
 	}
 	report := &Report{}
-	if err := env.fill(ctx, pool, report); err != nil {
+	if err := fill(ctx, pool, env, report); err != nil {
 		t.Fatal(err)
 	}
 	if report.OK() || report.DuplicateEffects != 1 {

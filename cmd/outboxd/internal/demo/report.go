@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
@@ -76,22 +77,44 @@ type intentOutcome struct {
 // fill completes the report from the database and the doubles' own records,
 // and lists every violation of exactly-once, and of the order between an
 // order's effects, it finds.
-func (e *environment) fill(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
-	r.PaymentsAtStripe = len(e.stripe.PaymentIntents())
-	r.RefundsAtStripe = len(e.stripe.Refunds())
-	r.EmailsAtSendGrid = len(e.sendgrid.Emails())
-	r.DuplicateEffects = e.stripe.DuplicateEffects() + e.sendgrid.DuplicateEffects()
+func fill(ctx context.Context, pool *pgxpool.Pool, dbl *sandbox.Sandbox, r *Report) error {
+	countAtDoubles(dbl, r)
+	if err := judgeIntents(ctx, pool, dbl, r); err != nil {
+		return err
+	}
+	if err := checkOrdersStored(ctx, pool, r); err != nil {
+		return err
+	}
+	if err := checkOrder(ctx, pool, dbl, r); err != nil {
+		return err
+	}
+	return pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM outbox_attempts WHERE replayed),
+		(SELECT count(*) FROM outbox_events WHERE reason LIKE 'reconciled%')`).Scan(&r.ProviderReplays, &r.Reconciled)
+}
+
+// countAtDoubles counts the effects and the faults the doubles recorded.
+func countAtDoubles(dbl *sandbox.Sandbox, r *Report) {
+	stripe, sendgrid := dbl.Stripe(), dbl.SendGrid()
+	r.PaymentsAtStripe = len(stripe.PaymentIntents())
+	r.RefundsAtStripe = len(stripe.Refunds())
+	r.EmailsAtSendGrid = len(sendgrid.Emails())
+	r.DuplicateEffects = dbl.DuplicateEffects()
 	if r.DuplicateEffects > 0 {
 		r.Problems = append(r.Problems, fmt.Sprintf("%d intents caused more than one effect at a double", r.DuplicateEffects))
 	}
 	r.FaultsInjected = map[string]int{}
-	for kind, n := range e.stripe.Stats().Faults {
+	for kind, n := range stripe.Stats().Faults {
 		r.FaultsInjected["stripe."+string(kind)] = n
 	}
-	for kind, n := range e.sendgrid.Stats().Faults {
+	for kind, n := range sendgrid.Stats().Faults {
 		r.FaultsInjected["sendgrid."+string(kind)] = n
 	}
+}
 
+// judgeIntents counts the intents by state and checks each against its
+// effects at the double that performs it.
+func judgeIntents(ctx context.Context, pool *pgxpool.Pool, dbl *sandbox.Sandbox, r *Report) error {
 	rows, err := pool.Query(ctx, `SELECT id, kind, state, coalesce(last_error, '') FROM outbox_intents ORDER BY id`)
 	if err != nil {
 		return err
@@ -102,41 +125,50 @@ func (e *environment) fill(ctx context.Context, pool *pgxpool.Pool, r *Report) e
 	}
 	r.IntentsRecorded = len(outcomes)
 	for _, o := range outcomes {
-		effects := e.sendgrid.EffectsFor(o.ID)
+		effects := dbl.SendGrid().EffectsFor(o.ID)
 		if strings.HasPrefix(o.Kind, "stripe.") {
-			effects = e.stripe.EffectsFor(o.ID)
+			effects = dbl.Stripe().EffectsFor(o.ID)
 		}
-		switch o.State {
-		case "succeeded":
-			r.Succeeded++
-			if effects != 1 {
-				r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) succeeded with %d effects at the double", o.ID, o.Kind, effects))
-			}
-		case "failed":
-			r.Failed++
-			if o.Kind == stripeprovider.KindPaymentIntent && containsDecline(o.LastError) {
-				r.DeclinedCards++
-			}
-		case "in_doubt":
-			r.InDoubt++
-		case "cancelled":
-			r.Cancelled++
-			if effects != 0 {
-				r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) was cancelled after %d effects at the double", o.ID, o.Kind, effects))
-			}
-		case "waiting":
-			r.Waiting++
-		default:
-			r.Lost++
-			r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) left %s", o.ID, o.Kind, o.State))
-		}
-		if effects > 1 {
-			r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) has %d effects", o.ID, o.Kind, effects))
-		}
+		judgeIntent(o, effects, r)
 	}
+	return nil
+}
 
+func judgeIntent(o intentOutcome, effects int, r *Report) {
+	switch o.State {
+	case "succeeded":
+		r.Succeeded++
+		if effects != 1 {
+			r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) succeeded with %d effects at the double", o.ID, o.Kind, effects))
+		}
+	case "failed":
+		r.Failed++
+		if o.Kind == stripeprovider.KindPaymentIntent && containsDecline(o.LastError) {
+			r.DeclinedCards++
+		}
+	case "in_doubt":
+		r.InDoubt++
+	case "cancelled":
+		r.Cancelled++
+		if effects != 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) was cancelled after %d effects at the double", o.ID, o.Kind, effects))
+		}
+	case "waiting":
+		r.Waiting++
+	default:
+		r.Lost++
+		r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) left %s", o.ID, o.Kind, o.State))
+	}
+	if effects > 1 {
+		r.Problems = append(r.Problems, fmt.Sprintf("intent %d (%s) has %d effects", o.ID, o.Kind, effects))
+	}
+}
+
+// checkOrdersStored checks that every order delivered was stored once, with
+// its processed marker and exactly its intents.
+func checkOrdersStored(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
 	var ordersStored, markers, ordersMissingIntents int
-	err = pool.QueryRow(ctx, `SELECT
+	err := pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM demo_orders),
 		(SELECT count(*) FROM outbox_processed_messages),
 		(SELECT count(*) FROM demo_orders o
@@ -151,14 +183,6 @@ func (e *environment) fill(ctx context.Context, pool *pgxpool.Pool, r *Report) e
 	if ordersMissingIntents > 0 {
 		r.Lost += ordersMissingIntents
 		r.Problems = append(r.Problems, fmt.Sprintf("%d orders do not have exactly their intents", ordersMissingIntents))
-	}
-	if err := e.checkOrder(ctx, pool, r); err != nil {
-		return err
-	}
-	if err := pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM outbox_attempts WHERE replayed),
-		(SELECT count(*) FROM outbox_events WHERE reason LIKE 'reconciled%')`).Scan(&r.ProviderReplays, &r.Reconciled); err != nil {
-		return err
 	}
 	return nil
 }
@@ -187,9 +211,10 @@ ORDER BY o.id`
 // the order's refund amount, and never more than was charged; an order
 // whose payment failed had nothing after it performed (cancelled), and one
 // whose payment is in_doubt has it waiting.
-func (e *environment) checkOrder(ctx context.Context, pool *pgxpool.Pool, r *Report) error {
+func checkOrder(ctx context.Context, pool *pgxpool.Pool, dbl *sandbox.Sandbox, r *Report) error {
+	stripe := dbl.Stripe()
 	refunds := map[string][]stripedouble.Refund{}
-	for _, rf := range e.stripe.Refunds() {
+	for _, rf := range stripe.Refunds() {
 		refunds[rf.Metadata["order_id"]] = append(refunds[rf.Metadata["order_id"]], rf)
 	}
 	rows, err := pool.Query(ctx, orderSQL)
@@ -240,8 +265,8 @@ func (e *environment) checkOrder(ctx context.Context, pool *pgxpool.Pool, r *Rep
 		case len(made) == 1 && (made[0].PaymentIntent != pi || made[0].Amount != refund):
 			problem("%s: refund of %d on %s, want %d on the order's PaymentIntent %s", id, made[0].Amount, made[0].PaymentIntent, refund, pi)
 		}
-		if pi != "" && e.stripe.Refunded(pi) > amount {
-			problem("%s: %d refunded of %d charged", id, e.stripe.Refunded(pi), amount)
+		if pi != "" && stripe.Refunded(pi) > amount {
+			problem("%s: %d refunded of %d charged", id, stripe.Refunded(pi), amount)
 		}
 	}
 	return rows.Err()

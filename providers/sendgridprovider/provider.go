@@ -548,20 +548,46 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	if err != nil {
 		return providers.Result{}, false, fmt.Errorf("sendgridprovider: cannot reconcile an intent whose payload is invalid: %w", err)
 	}
-	if req.IdempotencyKey == "" {
-		return providers.Result{}, false, errors.New("sendgridprovider: cannot reconcile an intent without an idempotency key")
-	}
-	if !quotable(req.Namespace) || !quotable(req.IdempotencyKey) {
-		return providers.Result{}, false, fmt.Errorf("%w: the intent's namespace or key contains a character the activity query cannot quote", providers.ErrAbsenceNotProven)
-	}
-	query := fmt.Sprintf(`unique_args['%s']="%s"`, ArgKey, req.IdempotencyKey)
-	if req.Namespace != "" {
-		query = fmt.Sprintf(`unique_args['%s']="%s" AND %s`, ArgNamespace, req.Namespace, query)
+	query, err := activityQuery(req)
+	if err != nil {
+		return providers.Result{}, false, err
 	}
 	if wait := p.pacer.take(p.now()); wait > 0 {
 		return providers.Result{}, false, &providers.LookupError{RetryAfter: wait,
 			Message: fmt.Sprintf("not sent: paced to SendGrid's %d Email Activity requests a minute (Config.ActivityRequestsPerMinute)", p.pacer.limit)}
 	}
+	status, rows, err := p.fetchActivity(ctx, query)
+	if err != nil {
+		return providers.Result{}, false, err
+	}
+	return matchActivity(email, rows, status)
+}
+
+// activityQuery is the Email Activity query for the emails carrying req's
+// namespace and key, refused when they cannot be quoted in it.
+func activityQuery(req providers.Request) (string, error) {
+	if req.IdempotencyKey == "" {
+		return "", errors.New("sendgridprovider: cannot reconcile an intent without an idempotency key")
+	}
+	if !quotable(req.Namespace) || !quotable(req.IdempotencyKey) {
+		return "", fmt.Errorf("%w: the intent's namespace or key contains a character the activity query cannot quote", providers.ErrAbsenceNotProven)
+	}
+	query := fmt.Sprintf(`unique_args['%s']="%s"`, ArgKey, req.IdempotencyKey)
+	if req.Namespace != "" {
+		query = fmt.Sprintf(`unique_args['%s']="%s" AND %s`, ArgNamespace, req.Namespace, query)
+	}
+	return query, nil
+}
+
+// activityRow is one recipient of an email in the activity feed.
+type activityRow struct {
+	MsgID   string `json:"msg_id"`
+	ToEmail string `json:"to_email"`
+}
+
+// fetchActivity asks GET /v3/messages for the rows matching query. Any
+// failure is a *providers.LookupError.
+func (p *Provider) fetchActivity(ctx context.Context, query string) (status int, rows []activityRow, err error) {
 	r := sendgrid.GetRequest(p.apiKey, messagesPath, p.baseURL)
 	r.Method = rest.Get
 	r.QueryParams = map[string]string{"query": query, "limit": strconv.Itoa(activityLimit)}
@@ -569,22 +595,25 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	if err != nil {
 		if resp == nil {
 			e := p.transportError(err)
-			return providers.Result{}, false, &providers.LookupError{Message: e.Message, Err: e.Err}
+			return 0, nil, &providers.LookupError{Message: e.Message, Err: e.Err}
 		}
-		return providers.Result{}, false, &providers.LookupError{HTTPStatus: resp.StatusCode, Message: "reading the activity response: " + p.scrub(err.Error())}
+		return 0, nil, &providers.LookupError{HTTPStatus: resp.StatusCode, Message: "reading the activity response: " + p.scrub(err.Error())}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return providers.Result{}, false, p.lookupError(resp)
+		return 0, nil, p.lookupError(resp)
 	}
 	var body struct {
-		Messages []struct {
-			MsgID   string `json:"msg_id"`
-			ToEmail string `json:"to_email"`
-		} `json:"messages"`
+		Messages []activityRow `json:"messages"`
 	}
 	if err := json.Unmarshal([]byte(resp.Body), &body); err != nil {
-		return providers.Result{}, false, &providers.LookupError{HTTPStatus: resp.StatusCode, Message: "undecodable activity response", Err: err}
+		return 0, nil, &providers.LookupError{HTTPStatus: resp.StatusCode, Message: "undecodable activity response", Err: err}
 	}
+	return resp.StatusCode, body.Messages, nil
+}
+
+// matchActivity is Reconcile's answer from the activity rows of the
+// emails carrying the intent's namespace and key.
+func matchActivity(email *Email, rows []activityRow, status int) (providers.Result, bool, error) {
 	// SendGrid accepts or refuses a request whole: a row for any one of
 	// its recipients, carrying this intent's namespace and key, proves
 	// every email of the request was accepted. The rows of the others may
@@ -599,13 +628,13 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 		}
 	}
 	var other *providers.MismatchError
-	for _, m := range body.Messages {
+	for _, m := range rows {
 		if m.MsgID == "" {
 			continue
 		}
 		ref, _, _ := strings.Cut(m.MsgID, ".")
 		if recipients[strings.ToLower(m.ToEmail)] {
-			return providers.Result{ProviderRef: ref, HTTPStatus: resp.StatusCode}, true, nil
+			return providers.Result{ProviderRef: ref, HTTPStatus: status}, true, nil
 		}
 		if other == nil {
 			// Addresses are personal data: the error keeps them masked.

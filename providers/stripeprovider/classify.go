@@ -14,22 +14,45 @@ import (
 	"github.com/outboxkit/outbox/providers"
 )
 
-// classify turns a stripe-go error into an *providers.AttemptError.
+// classify turns a stripe-go error into an *providers.AttemptError. Stripe's
+// answer is judged in three steps, each deciding only what the one before
+// left open: a typed refusal (a decline, a refused key, an idempotency
+// error) before the Stripe-Should-Retry hint, as DESIGN.md invariant 13
+// requires, and the hint before the status alone.
 func (p *Provider) classify(err error) *providers.AttemptError {
 	var se *stripe.Error
 	if !errors.As(err, &se) {
-		// No Stripe answer: the request never left, or it may have reached
-		// Stripe and the key makes repeating it safe. Either way, retry.
-		ae := providers.ClassifyTransport(err, true)
-		ae.Message = p.scrub(err.Error())
-		ae.Err = &scrub.Error{Msg: ae.Message, Err: err}
-		return ae
+		return p.classifyNoAnswer(err)
 	}
-	status := se.HTTPStatusCode
 	var header http.Header
 	if se.LastResponse != nil {
 		header = se.LastResponse.Header
 	}
+	ae := p.attemptErrorOf(se, err)
+	if classifyRefusal(ae, se) {
+		return ae
+	}
+	if classifyShouldRetry(ae, header.Get("Stripe-Should-Retry")) {
+		return ae
+	}
+	classifyStatus(ae, header)
+	return ae
+}
+
+// classifyNoAnswer classifies a call Stripe did not answer.
+func (p *Provider) classifyNoAnswer(err error) *providers.AttemptError {
+	// The request never left, or it may have reached Stripe and the key
+	// makes repeating it safe. Either way, retry.
+	ae := providers.ClassifyTransport(err, true)
+	ae.Message = p.scrub(err.Error())
+	ae.Err = &scrub.Error{Msg: ae.Message, Err: err}
+	return ae
+}
+
+// attemptErrorOf is the AttemptError for Stripe's answer se, its outcome
+// still to be decided.
+func (p *Provider) attemptErrorOf(se *stripe.Error, err error) *providers.AttemptError {
+	status := se.HTTPStatusCode
 	ae := &providers.AttemptError{
 		HTTPStatus: status,
 		Code:       string(se.Code),
@@ -39,7 +62,13 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 		ae.Message = http.StatusText(status)
 	}
 	ae.Err = &scrub.Error{Msg: fmt.Sprintf("stripe: HTTP %d %s: %s", status, se.Type, ae.Message), Err: err}
-	shouldRetry := header.Get("Stripe-Should-Retry")
+	return ae
+}
+
+// classifyRefusal decides a decline, a refused API key and an idempotency
+// error, whatever Stripe-Should-Retry says, and reports whether se was one.
+func classifyRefusal(ae *providers.AttemptError, se *stripe.Error) bool {
+	status := se.HTTPStatusCode
 	switch {
 	case status == http.StatusPaymentRequired || se.Type == stripe.ErrorTypeCard:
 		// A decline: Stripe refused to charge. (The declined PaymentIntent
@@ -64,12 +93,22 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 		ae.Message = fmt.Sprintf("Stripe refused the API key (HTTP %d): fix the Stripe credentials (Config.APIKey) or the key's permissions; the charge is retried. Stripe: %s", status, ae.Message)
 	case se.Type == stripe.ErrorTypeIdempotency:
 		// The key's first request may have acted: not DidNotAct, whatever
-		// Stripe-Should-Retry says of this one (a typed error is decided
-		// before the hint header, DESIGN.md invariant 13).
+		// Stripe-Should-Retry says of this one.
 		ae.Outcome = providers.OutcomeFailed
 		if ae.Code == "" {
 			ae.Code = string(stripe.ErrorTypeIdempotency)
 		}
+	default:
+		return false
+	}
+	return true
+}
+
+// classifyShouldRetry follows a Stripe-Should-Retry hint ("true" or
+// "false"), and reports whether there was one.
+func classifyShouldRetry(ae *providers.AttemptError, shouldRetry string) bool {
+	status := ae.HTTPStatus
+	switch {
 	case shouldRetry == "true":
 		ae.Outcome = providers.OutcomeRetry
 	case shouldRetry == "false" && status >= 500:
@@ -79,6 +118,15 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 	case shouldRetry == "false":
 		ae.Outcome = providers.OutcomeFailed
 		ae.DidNotAct = status == http.StatusBadRequest || status == http.StatusNotFound || status == http.StatusTooManyRequests
+	default:
+		return false
+	}
+	return true
+}
+
+// classifyStatus decides an answer by its status alone.
+func classifyStatus(ae *providers.AttemptError, header http.Header) {
+	switch status := ae.HTTPStatus; {
 	case status == http.StatusConflict:
 		ae.Outcome = providers.OutcomeRetry
 	case status == http.StatusTooManyRequests:
@@ -101,7 +149,6 @@ func (p *Provider) classify(err error) *providers.AttemptError {
 	default:
 		ae.Outcome = providers.OutcomeAmbiguous
 	}
-	return ae
 }
 
 // retryAfter parses a Retry-After header: delay-seconds or an HTTP date.

@@ -61,16 +61,9 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 	if err := p.ready(); err != nil {
 		return providers.Result{}, err
 	}
-	if strings.TrimSpace(req.IdempotencyKey) == "" {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the intent has no idempotency key; refusing to move money without one", DidNotAct: true}
+	if ae := checkIdentity(req); ae != nil {
+		return providers.Result{}, ae
 	}
-	if len(strings.TrimSpace(req.IdempotencyKey)) > MaxKeyLength {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the idempotency key is longer than Stripe's %d bytes", MaxKeyLength), DidNotAct: true}
-	}
-	if len(req.Namespace) > MaxMetadataValueBytes {
-		return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the namespace is longer than the %d bytes a Stripe metadata value may have", MaxMetadataValueBytes), DidNotAct: true}
-	}
-	var pl *PaymentIntentPayload
 	switch d := decoded.(type) {
 	case *RefundPayload:
 		return p.performRefund(ctx, req, d)
@@ -78,43 +71,29 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 		return p.performCapture(ctx, req, d)
 	case *CancelPayload:
 		return p.performCancel(ctx, req, d)
-	case *PaymentIntentPayload:
-		pl = d
 	}
+	return p.createPaymentIntent(ctx, req, decoded.(*PaymentIntentPayload))
+}
 
-	params := &stripe.PaymentIntentParams{
-		Amount:   pl.Amount,
-		Currency: pl.Currency,
-		Confirm:  pl.Confirm,
+// checkIdentity refuses, before sending, a request whose key or namespace
+// Stripe could not carry: no key, a key over MaxKeyLength, a namespace
+// over MaxMetadataValueBytes.
+func checkIdentity(req providers.Request) *providers.AttemptError {
+	key := strings.TrimSpace(req.IdempotencyKey)
+	switch {
+	case key == "":
+		return &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: "the intent has no idempotency key; refusing to move money without one", DidNotAct: true}
+	case len(key) > MaxKeyLength:
+		return &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the idempotency key is longer than Stripe's %d bytes", MaxKeyLength), DidNotAct: true}
+	case len(req.Namespace) > MaxMetadataValueBytes:
+		return &providers.AttemptError{Outcome: providers.OutcomeFailed, Message: fmt.Sprintf("the namespace is longer than the %d bytes a Stripe metadata value may have", MaxMetadataValueBytes), DidNotAct: true}
 	}
-	params.Context = ctx
-	params.SetIdempotencyKey(req.IdempotencyKey)
-	optional := func(v string) *string {
-		if v == "" {
-			return nil
-		}
-		return stripe.String(v)
-	}
-	params.Customer = optional(pl.Customer)
-	params.PaymentMethod = optional(pl.PaymentMethod)
-	params.Description = optional(pl.Description)
-	params.ReceiptEmail = optional(pl.ReceiptEmail)
-	params.StatementDescriptorSuffix = optional(pl.StatementDescriptorSuffix)
-	params.OffSession = pl.OffSession
-	params.CaptureMethod = optional(pl.CaptureMethod)
-	params.ReturnURL = optional(pl.ReturnURL)
-	params.SetupFutureUsage = optional(pl.SetupFutureUsage)
-	if pl.PaymentMethodTypes != nil {
-		params.PaymentMethodTypes = stripe.StringSlice(pl.PaymentMethodTypes)
-	}
-	if apm := pl.AutomaticPaymentMethods; apm != nil {
-		params.AutomaticPaymentMethods = &stripe.PaymentIntentAutomaticPaymentMethodsParams{Enabled: apm.Enabled, AllowRedirects: optional(apm.AllowRedirects)}
-	} else if redirectFreeDefault(pl) {
-		params.AutomaticPaymentMethods = &stripe.PaymentIntentAutomaticPaymentMethodsParams{Enabled: stripe.Bool(true), AllowRedirects: stripe.String(RedirectsNever)}
-	}
-	tagIntent(&params.Params, pl.Metadata, req, intentKeys)
+	return nil
+}
 
-	pi, err := p.api.PaymentIntents.New(params)
+// createPaymentIntent is Perform for KindPaymentIntent.
+func (p *Provider) createPaymentIntent(ctx context.Context, req providers.Request, pl *PaymentIntentPayload) (providers.Result, error) {
+	pi, err := p.api.PaymentIntents.New(paymentIntentParams(ctx, req, pl))
 	if err != nil {
 		return providers.Result{}, p.classify(err)
 	}
@@ -122,15 +101,9 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 	if res.Replayed && pi.Status == stripe.PaymentIntentStatusProcessing {
 		// Stripe replays the saved answer, which said processing: ask for
 		// the PaymentIntent as it is now.
-		gp := &stripe.PaymentIntentParams{}
-		gp.Context = ctx
-		now, err := p.api.PaymentIntents.Get(pi.ID, gp)
+		now, err := p.currentPaymentIntent(ctx, pi.ID)
 		if err != nil {
-			// The PaymentIntent exists and may settle: retried with the
-			// same key, never DidNotAct.
-			le := p.classifyLookup(err)
-			return providers.Result{}, &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: le.HTTPStatus, Code: le.Code, RetryAfter: le.RetryAfter,
-				Message: fmt.Sprintf("PaymentIntent %s was processing; looking up its status failed: %s", pi.ID, le.Message), Err: le}
+			return providers.Result{}, err
 		}
 		pi = now
 	}
@@ -138,6 +111,61 @@ func (p *Provider) Perform(ctx context.Context, req providers.Request) (provider
 		return providers.Result{}, ae
 	}
 	return res, nil
+}
+
+// paymentIntentParams are the parameters of the PaymentIntent pl
+// describes, sent with req's key and tagged with req's identity.
+func paymentIntentParams(ctx context.Context, req providers.Request, pl *PaymentIntentPayload) *stripe.PaymentIntentParams {
+	params := &stripe.PaymentIntentParams{
+		Amount:   pl.Amount,
+		Currency: pl.Currency,
+		Confirm:  pl.Confirm,
+	}
+	params.Context = ctx
+	params.SetIdempotencyKey(req.IdempotencyKey)
+	params.Customer = optionalString(pl.Customer)
+	params.PaymentMethod = optionalString(pl.PaymentMethod)
+	params.Description = optionalString(pl.Description)
+	params.ReceiptEmail = optionalString(pl.ReceiptEmail)
+	params.StatementDescriptorSuffix = optionalString(pl.StatementDescriptorSuffix)
+	params.OffSession = pl.OffSession
+	params.CaptureMethod = optionalString(pl.CaptureMethod)
+	params.ReturnURL = optionalString(pl.ReturnURL)
+	params.SetupFutureUsage = optionalString(pl.SetupFutureUsage)
+	if pl.PaymentMethodTypes != nil {
+		params.PaymentMethodTypes = stripe.StringSlice(pl.PaymentMethodTypes)
+	}
+	if apm := pl.AutomaticPaymentMethods; apm != nil {
+		params.AutomaticPaymentMethods = &stripe.PaymentIntentAutomaticPaymentMethodsParams{Enabled: apm.Enabled, AllowRedirects: optionalString(apm.AllowRedirects)}
+	} else if redirectFreeDefault(pl) {
+		params.AutomaticPaymentMethods = &stripe.PaymentIntentAutomaticPaymentMethodsParams{Enabled: stripe.Bool(true), AllowRedirects: stripe.String(RedirectsNever)}
+	}
+	tagIntent(&params.Params, pl.Metadata, req, intentKeys)
+	return params
+}
+
+// optionalString leaves an empty payload field out of the request.
+func optionalString(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return stripe.String(v)
+}
+
+// currentPaymentIntent reads PaymentIntent id, which Stripe's replayed
+// answer showed processing. A failed read is an *providers.AttemptError
+// with OutcomeRetry, never DidNotAct: the PaymentIntent exists and may
+// settle, and the retry uses the same key.
+func (p *Provider) currentPaymentIntent(ctx context.Context, id string) (*stripe.PaymentIntent, error) {
+	gp := &stripe.PaymentIntentParams{}
+	gp.Context = ctx
+	pi, err := p.api.PaymentIntents.Get(id, gp)
+	if err != nil {
+		le := p.classifyLookup(err)
+		return nil, &providers.AttemptError{Outcome: providers.OutcomeRetry, HTTPStatus: le.HTTPStatus, Code: le.Code, RetryAfter: le.RetryAfter,
+			Message: fmt.Sprintf("PaymentIntent %s was processing; looking up its status failed: %s", id, le.Message), Err: le}
+	}
+	return pi, nil
 }
 
 // judge tells whether a PaymentIntent Stripe answered with shows the

@@ -72,32 +72,55 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 		// Without the payload nothing found could be checked against it.
 		return providers.Result{}, false, fmt.Errorf("stripeprovider: cannot reconcile an intent whose payload is invalid: %w", err)
 	}
-	var pl *PaymentIntentPayload
 	switch d := decoded.(type) {
 	case *CancelPayload:
 		return p.reconcileCancel(ctx, d)
-	case *RefundPayload, *CapturePayload:
-		if strings.TrimSpace(req.IdempotencyKey) == "" {
-			return providers.Result{}, false, errors.New("stripeprovider: cannot reconcile an intent without an idempotency key")
+	case *RefundPayload:
+		if !hasKey(req) {
+			return providers.Result{}, false, errReconcileWithoutKey
 		}
-		if rp, ok := d.(*RefundPayload); ok {
-			return p.reconcileRefund(ctx, req, rp)
+		return p.reconcileRefund(ctx, req, d)
+	case *CapturePayload:
+		if !hasKey(req) {
+			return providers.Result{}, false, errReconcileWithoutKey
 		}
-		return p.reconcileCapture(ctx, req, d.(*CapturePayload))
-	case *PaymentIntentPayload:
-		pl = d
+		return p.reconcileCapture(ctx, req, d)
 	}
+	pl := decoded.(*PaymentIntentPayload)
 	if req.Namespace == "" {
 		return p.reconcileLegacy(ctx, req, pl)
 	}
-	if strings.TrimSpace(req.IdempotencyKey) == "" {
-		return providers.Result{}, false, errors.New("stripeprovider: cannot reconcile an intent without an idempotency key")
+	if !hasKey(req) {
+		return providers.Result{}, false, errReconcileWithoutKey
 	}
-	confirm := pl.Confirm != nil && *pl.Confirm
+	return p.reconcileListed(ctx, req, pl)
+}
 
+var errReconcileWithoutKey = errors.New("stripeprovider: cannot reconcile an intent without an idempotency key")
+
+func hasKey(req providers.Request) bool { return strings.TrimSpace(req.IdempotencyKey) != "" }
+
+// reconcileListed looks up a namespaced intent's PaymentIntent in the
+// listing, as Reconcile documents.
+func (p *Provider) reconcileListed(ctx context.Context, req providers.Request, pl *PaymentIntentPayload) (providers.Result, bool, error) {
+	confirm := isTrue(pl.Confirm)
+	var owned ownedPaymentIntents
+	status, complete, err := scanOwned(p, req, p.paymentIntentList(ctx, req, pl), func(pi *stripe.PaymentIntent) error {
+		return owned.add(pi, pl, confirm)
+	})
+	if err != nil {
+		return providers.Result{}, false, err
+	}
+	return p.listedVerdict(owned, status, complete)
+}
+
+// paymentIntentList lists PaymentIntents newest first, one page of
+// p.pageSize a call: the payload's customer's, when it has one, created no
+// earlier than req.KeyFirstUsedAt less ListClockSkewMargin.
+func (p *Provider) paymentIntentList(ctx context.Context, req providers.Request, pl *PaymentIntentPayload) ownedList[*stripe.PaymentIntent] {
 	params := &stripe.PaymentIntentListParams{}
 	params.Context = ctx
-	params.Single = true // one page per call: the bound below counts them
+	params.Single = true // one page per call: scanOwned's bound counts them
 	params.Limit = stripe.Int64(p.pageSize)
 	if pl.Customer != "" {
 		params.Customer = stripe.String(pl.Customer)
@@ -105,55 +128,63 @@ func (p *Provider) Reconcile(ctx context.Context, req providers.Request) (provid
 	if !req.KeyFirstUsedAt.IsZero() {
 		params.CreatedRange = &stripe.RangeQueryParams{GreaterThanOrEqual: req.KeyFirstUsedAt.Add(-ListClockSkewMargin).Unix()}
 	}
-
-	var (
-		found    *stripe.PaymentIntent
-		inert    *stripe.PaymentIntent
-		settling *stripe.PaymentIntent
-	)
-	status, complete, err := scanOwned(p, req, ownedList[*stripe.PaymentIntent]{
+	return ownedList[*stripe.PaymentIntent]{
 		params: &params.ListParams,
 		page:   func() *stripe.Iter { return p.api.PaymentIntents.List(params).Iter },
 		lastResponse: func(l stripe.ListContainer) *stripe.APIResponse {
 			return l.(*stripe.PaymentIntentList).LastResponse
 		},
 		ident: func(pi *stripe.PaymentIntent) (string, map[string]string) { return pi.ID, pi.Metadata },
-	}, func(pi *stripe.PaymentIntent) error {
-		if mm := mismatch(pi, pl); mm != nil {
-			return mm
-		}
-		switch {
-		case effective(pi, confirm):
-			if found == nil {
-				found = pi
-			}
-		case pi.Status == stripe.PaymentIntentStatusProcessing:
-			if settling == nil {
-				settling = pi
-			}
-		case inert == nil:
-			inert = pi
-		}
-		return nil
-	})
-	if err != nil {
-		return providers.Result{}, false, err
+	}
+}
+
+// ownedPaymentIntents are the first PaymentIntents carrying the intent's
+// namespace and key found in each state that decides Reconcile's answer.
+type ownedPaymentIntents struct {
+	found    *stripe.PaymentIntent // shows the effect
+	settling *stripe.PaymentIntent // confirmed and still processing
+	inert    *stripe.PaymentIntent // shows no effect
+}
+
+// add sorts pi in, or ends the listing with a *providers.MismatchError
+// when pi differs from the payload.
+func (o *ownedPaymentIntents) add(pi *stripe.PaymentIntent, pl *PaymentIntentPayload, confirm bool) error {
+	if mm := mismatch(pi, pl); mm != nil {
+		return mm
 	}
 	switch {
-	case found != nil:
+	case effective(pi, confirm):
+		if o.found == nil {
+			o.found = pi
+		}
+	case pi.Status == stripe.PaymentIntentStatusProcessing:
+		if o.settling == nil {
+			o.settling = pi
+		}
+	case o.inert == nil:
+		o.inert = pi
+	}
+	return nil
+}
+
+// listedVerdict is Reconcile's answer from what the listing owned, its last
+// page's status and whether it was read to its end.
+func (p *Provider) listedVerdict(owned ownedPaymentIntents, status int, complete bool) (providers.Result, bool, error) {
+	switch {
+	case owned.found != nil:
 		// The effect exists. (A mismatch further down an unfinished
 		// listing would not undo it.)
-		return providers.Result{ProviderRef: found.ID, HTTPStatus: status}, true, nil
-	case settling != nil:
-		return providers.Result{}, false, stillProcessing(settling)
-	case !complete && inert != nil:
+		return providers.Result{ProviderRef: owned.found.ID, HTTPStatus: status}, true, nil
+	case owned.settling != nil:
+		return providers.Result{}, false, stillProcessing(owned.settling)
+	case !complete && owned.inert != nil:
 		return providers.Result{}, false, fmt.Errorf("%w: PaymentIntent %s carries this intent's key but is %s, and the listing stopped after %d pages of %d before its end",
-			providers.ErrAbsenceNotProven, inert.ID, inert.Status, p.cfg.ReconcileMaxPages, p.pageSize)
+			providers.ErrAbsenceNotProven, owned.inert.ID, owned.inert.Status, p.cfg.ReconcileMaxPages, p.pageSize)
 	case !complete:
 		return providers.Result{}, false, fmt.Errorf("%w: no PaymentIntent with this intent's namespace and key in the first %d pages of %d, and the listing goes on",
 			providers.ErrAbsenceNotProven, p.cfg.ReconcileMaxPages, p.pageSize)
-	case inert != nil:
-		return providers.Result{}, false, p.noEffect(inert)
+	case owned.inert != nil:
+		return providers.Result{}, false, p.noEffect(owned.inert)
 	}
 	return providers.Result{}, false, nil
 }

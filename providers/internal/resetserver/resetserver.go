@@ -270,79 +270,88 @@ func (s *Server) serveH2(c *tls.Conn) {
 	if err := fr.WriteSettings(); err != nil {
 		return
 	}
-	type stream struct {
-		method, path string
-		body         bytes.Buffer
-	}
-	streams := map[uint32]*stream{}
-	// end handles a stream whose request ended; false stops the connection.
-	end := func(id uint32) bool {
-		st := streams[id]
-		delete(streams, id)
-		if st == nil {
-			return true
-		}
-		d := Delivery{Proto: "HTTP/2.0", Method: st.method, Path: st.path, Body: bytes.Clone(st.body.Bytes())}
-		if !s.record(d) {
-			var block bytes.Buffer
-			enc := hpack.NewEncoder(&block)
-			_ = enc.WriteField(hpack.HeaderField{Name: ":status", Value: "202"})
-			_ = enc.WriteField(hpack.HeaderField{Name: "x-message-id", Value: s.messageID()})
-			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}) == nil
-		}
-		switch s.cfg.Mode {
-		case RefusedStream:
-			return fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) == nil
-		default: // GoAway
-			_ = fr.WriteGoAway(0, http2.ErrCodeNo, nil)
-			// Keep the connection open (the client closes it): closing
-			// at once could race the client's reading of the GOAWAY.
-			return true
-		}
-	}
+	h := &h2Conn{s: s, fr: fr, streams: map[uint32]*h2Stream{}}
 	for {
 		f, err := fr.ReadFrame()
-		if err != nil {
+		if err != nil || !h.handle(f) {
 			return
 		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				if err := fr.WriteSettingsAck(); err != nil {
-					return
-				}
-			}
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				if err := fr.WritePing(true, f.Data); err != nil {
-					return
-				}
-			}
-		case *http2.MetaHeadersFrame:
-			id := f.Header().StreamID
-			path, _, _ := strings.Cut(f.PseudoValue("path"), "?")
-			streams[id] = &stream{method: f.PseudoValue("method"), path: path}
-			if f.StreamEnded() && !end(id) {
-				return
-			}
-		case *http2.DataFrame:
-			id := f.Header().StreamID
-			if st := streams[id]; st != nil {
-				st.body.Write(f.Data())
-			}
-			// Give the flow-control window back, so bodies of any size
-			// arrive.
-			if n := uint32(len(f.Data())); n > 0 {
-				if fr.WriteWindowUpdate(0, n) != nil || fr.WriteWindowUpdate(id, n) != nil {
-					return
-				}
-			}
-			if f.StreamEnded() && !end(id) {
-				return
-			}
-		case *http2.GoAwayFrame:
-			return
+	}
+}
+
+// h2Conn is one HTTP/2 connection serveH2 serves.
+type h2Conn struct {
+	s       *Server
+	fr      *http2.Framer
+	streams map[uint32]*h2Stream // by stream id, until the request ends
+}
+
+// h2Stream is a request being read.
+type h2Stream struct {
+	method, path string
+	body         bytes.Buffer
+}
+
+// handle handles one frame; false stops the connection.
+func (h *h2Conn) handle(f http2.Frame) bool {
+	switch f := f.(type) {
+	case *http2.SettingsFrame:
+		return f.IsAck() || h.fr.WriteSettingsAck() == nil
+	case *http2.PingFrame:
+		return f.IsAck() || h.fr.WritePing(true, f.Data) == nil
+	case *http2.MetaHeadersFrame:
+		id := f.Header().StreamID
+		path, _, _ := strings.Cut(f.PseudoValue("path"), "?")
+		h.streams[id] = &h2Stream{method: f.PseudoValue("method"), path: path}
+		return !f.StreamEnded() || h.end(id)
+	case *http2.DataFrame:
+		return h.data(f)
+	case *http2.GoAwayFrame:
+		return false
+	}
+	return true
+}
+
+// data adds a DATA frame to its stream's body.
+func (h *h2Conn) data(f *http2.DataFrame) bool {
+	id := f.Header().StreamID
+	if st := h.streams[id]; st != nil {
+		st.body.Write(f.Data())
+	}
+	// Give the flow-control window back, so bodies of any size arrive.
+	if n := uint32(len(f.Data())); n > 0 {
+		if h.fr.WriteWindowUpdate(0, n) != nil || h.fr.WriteWindowUpdate(id, n) != nil {
+			return false
 		}
+	}
+	return !f.StreamEnded() || h.end(id)
+}
+
+// end handles a stream whose request ended: it records the delivery, then
+// answers it 202 or drops it as Config.Mode says; false stops the
+// connection.
+func (h *h2Conn) end(id uint32) bool {
+	st := h.streams[id]
+	delete(h.streams, id)
+	if st == nil {
+		return true
+	}
+	d := Delivery{Proto: "HTTP/2.0", Method: st.method, Path: st.path, Body: bytes.Clone(st.body.Bytes())}
+	if !h.s.record(d) {
+		var block bytes.Buffer
+		enc := hpack.NewEncoder(&block)
+		_ = enc.WriteField(hpack.HeaderField{Name: ":status", Value: "202"})
+		_ = enc.WriteField(hpack.HeaderField{Name: "x-message-id", Value: h.s.messageID()})
+		return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}) == nil
+	}
+	switch h.s.cfg.Mode {
+	case RefusedStream:
+		return h.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream) == nil
+	default: // GoAway
+		_ = h.fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+		// Keep the connection open (the client closes it): closing at
+		// once could race the client's reading of the GOAWAY.
+		return true
 	}
 }
 

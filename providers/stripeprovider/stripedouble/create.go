@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -101,25 +102,56 @@ func invalid(param, code, msg string) *apiError {
 // parseCreate validates the form the way Stripe's API does, as far as the
 // double needs to.
 func parseCreate(form map[string][]string) (createParams, *apiError) {
-	p := createParams{metadata: map[string]string{}}
-	keys := make([]string, 0, len(form))
-	for k := range form {
-		keys = append(keys, k)
+	var (
+		p createParams
+		e *apiError
+	)
+	if p.metadata, e = parseCreateNames(form); e != nil {
+		return p, e
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	if p.amount, e = amountParam(form); e != nil {
+		return p, e
+	}
+	if p.currency, e = currencyParam(form); e != nil {
+		return p, e
+	}
+	if p.confirm, _, e = boolParam(form, "confirm"); e != nil {
+		return p, e
+	}
+	if p.customer, e = customerParam(form); e != nil {
+		return p, e
+	}
+	p.paymentMethod = formValue(form, "payment_method")
+	p.description = formValue(form, "description")
+	p.receiptEmail = formValue(form, "receipt_email")
+	if p.statementDescriptorSuffix, e = statementDescriptorSuffixParam(form); e != nil {
+		return p, e
+	}
+	if e = checkAmountInCurrency(p.amount, p.currency); e != nil {
+		return p, e
+	}
+	return p, parseCharge(form, &p)
+}
+
+// parseCreateNames checks every parameter's name, in sorted order so that a
+// form is always refused for the same parameter: a known one passes, a
+// metadata[...] one is read into the metadata returned if Stripe accepts
+// its key and value, and any other is refused.
+func parseCreateNames(form map[string][]string) (map[string]string, *apiError) {
+	md := map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(form)) {
 		v := form[k][len(form[k])-1]
 		if mk, ok := strings.CutPrefix(k, "metadata["); ok && strings.HasSuffix(mk, "]") {
 			mk = strings.TrimSuffix(mk, "]")
 			switch {
 			case mk == "" || strings.ContainsAny(mk, "[]"):
-				return p, invalid(k, "parameter_unknown", "Invalid metadata key: "+mk)
+				return nil, invalid(k, "parameter_unknown", "Invalid metadata key: "+mk)
 			case len(mk) > 40:
-				return p, invalid(k, "", "Metadata keys can be at most 40 characters long. Invalid key: "+mk)
+				return nil, invalid(k, "", "Metadata keys can be at most 40 characters long. Invalid key: "+mk)
 			case len(v) > 500:
-				return p, invalid(k, "", "Metadata values can have up to 500 characters, but you passed in a value that is "+strconv.Itoa(len(v))+" characters. Invalid value: "+v[:20]+"...")
+				return nil, invalid(k, "", "Metadata values can have up to 500 characters, but you passed in a value that is "+strconv.Itoa(len(v))+" characters. Invalid value: "+v[:20]+"...")
 			}
-			p.metadata[mk] = v
+			md[mk] = v
 			continue
 		}
 		if knownParams[k] {
@@ -128,74 +160,77 @@ func parseCreate(form map[string][]string) (createParams, *apiError) {
 		if slices.ContainsFunc(knownPrefixes, func(pre string) bool { return strings.HasPrefix(k, pre) }) {
 			continue
 		}
-		return p, invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
+		return nil, invalid(k, "parameter_unknown", "Received unknown parameter: "+k)
 	}
-	if len(p.metadata) > 50 {
-		return p, invalid("metadata", "", "Metadata can have up to 50 keys, but you passed in "+strconv.Itoa(len(p.metadata))+" keys.")
+	if len(md) > 50 {
+		return nil, invalid("metadata", "", "Metadata can have up to 50 keys, but you passed in "+strconv.Itoa(len(md))+" keys.")
 	}
-	get := func(k string) (string, bool) {
-		vs, ok := form[k]
-		if !ok || len(vs) == 0 {
-			return "", false
-		}
-		return vs[len(vs)-1], true
-	}
-	amount, ok := get("amount")
+	return md, nil
+}
+
+// amountParam reads the required amount, in the currency's smallest unit.
+func amountParam(form map[string][]string) (int64, *apiError) {
+	amount, ok := formParam(form, "amount")
 	if !ok || amount == "" {
-		return p, invalid("amount", "parameter_missing", "Missing required param: amount.")
+		return 0, invalid("amount", "parameter_missing", "Missing required param: amount.")
 	}
 	n, err := strconv.ParseInt(amount, 10, 64)
 	if err != nil {
-		return p, invalid("amount", "parameter_invalid_integer", "Invalid integer: "+amount)
+		return 0, invalid("amount", "parameter_invalid_integer", "Invalid integer: "+amount)
 	}
 	if n < 1 {
-		return p, invalid("amount", "parameter_invalid_integer", "This value must be greater than or equal to 1.")
+		return 0, invalid("amount", "parameter_invalid_integer", "This value must be greater than or equal to 1.")
 	}
 	if n > 99999999 {
-		return p, invalid("amount", "amount_too_large", "Amount must be no more than $999,999.99")
+		return 0, invalid("amount", "amount_too_large", "Amount must be no more than $999,999.99")
 	}
-	p.amount = n
-	currency, ok := get("currency")
+	return n, nil
+}
+
+// currencyParam reads the required currency, lower-cased.
+func currencyParam(form map[string][]string) (string, *apiError) {
+	currency, ok := formParam(form, "currency")
 	if !ok || currency == "" {
-		return p, invalid("currency", "parameter_missing", "Missing required param: currency.")
+		return "", invalid("currency", "parameter_missing", "Missing required param: currency.")
 	}
 	if !currencyRE.MatchString(strings.ToLower(currency)) {
-		return p, invalid("currency", "", "Invalid currency: "+currency+". Stripe currently supports these currencies: usd, eur, gbp, ...")
+		return "", invalid("currency", "", "Invalid currency: "+currency+". Stripe currently supports these currencies: usd, eur, gbp, ...")
 	}
-	p.currency = strings.ToLower(currency)
-	if c, ok := get("confirm"); ok {
-		switch c {
-		case "true":
-			p.confirm = true
-		case "false":
-		default:
-			return p, invalid("confirm", "parameter_invalid_boolean", "Invalid boolean: "+c)
-		}
+	return strings.ToLower(currency), nil
+}
+
+// customerParam reads customer. The double has no customers of its own:
+// any id shaped like one exists.
+func customerParam(form map[string][]string) (string, *apiError) {
+	customer := formValue(form, "customer")
+	if customer != "" && !strings.HasPrefix(customer, "cus_") {
+		return "", invalid("customer", "resource_missing", "No such customer: '"+customer+"'")
 	}
-	p.customer, _ = get("customer")
-	if p.customer != "" && !strings.HasPrefix(p.customer, "cus_") {
-		return p, invalid("customer", "resource_missing", "No such customer: '"+p.customer+"'")
+	return customer, nil
+}
+
+func statementDescriptorSuffixParam(form map[string][]string) (string, *apiError) {
+	suffix := formValue(form, "statement_descriptor_suffix")
+	if len(suffix) > 22 {
+		return "", invalid("statement_descriptor_suffix", "", "The statement descriptor suffix must be at most 22 characters.")
 	}
-	p.paymentMethod, _ = get("payment_method")
-	p.description, _ = get("description")
-	p.receiptEmail, _ = get("receipt_email")
-	p.statementDescriptorSuffix, _ = get("statement_descriptor_suffix")
-	if len(p.statementDescriptorSuffix) > 22 {
-		return p, invalid("statement_descriptor_suffix", "", "The statement descriptor suffix must be at most 22 characters.")
+	if suffix != "" && strings.IndexFunc(suffix, unicode.IsLetter) < 0 {
+		return "", invalid("statement_descriptor_suffix", "", "The statement descriptor suffix must contain at least one letter.")
 	}
-	if p.statementDescriptorSuffix != "" && strings.IndexFunc(p.statementDescriptorSuffix, unicode.IsLetter) < 0 {
-		return p, invalid("statement_descriptor_suffix", "", "The statement descriptor suffix must contain at least one letter.")
+	return suffix, nil
+}
+
+// checkAmountInCurrency refuses an amount the currency cannot be charged:
+// below its minimum, or not in whole hundredths of a three-decimal
+// currency.
+func checkAmountInCurrency(amount int64, currency string) *apiError {
+	if threeDecimal[currency] && amount%10 != 0 {
+		return invalid("amount", "invalid_amount", "For "+strings.ToUpper(currency)+", the amount must be a multiple of 10: Stripe charges three-decimal currencies in whole hundredths.")
 	}
-	if threeDecimal[p.currency] && p.amount%10 != 0 {
-		return p, invalid("amount", "invalid_amount", "For "+strings.ToUpper(p.currency)+", the amount must be a multiple of 10: Stripe charges three-decimal currencies in whole hundredths.")
+	if minimum, ok := minimumAmounts[currency]; ok && amount < minimum {
+		return invalid("amount", "amount_too_small", fmt.Sprintf("Amount must be at least %d %s.", minimum, currency))
 	}
-	if minimum, ok := minimumAmounts[p.currency]; ok && p.amount < minimum {
-		return p, invalid("amount", "amount_too_small", fmt.Sprintf("Amount must be at least %d %s.", minimum, p.currency))
-	}
-	if err := parseCharge(form, get, &p); err != nil {
-		return p, err
-	}
-	return p, nil
+	return nil
 }
 
 // minimumAmounts is Stripe's minimum charge table, in smallest units.
@@ -214,72 +249,77 @@ const MsgReturnURLRequired = "A `return_url` must be specified because this Paym
 
 // parseCharge reads and checks the parameters that decide how the payment
 // is confirmed, refusing what Stripe refuses.
-func parseCharge(form map[string][]string, get func(string) (string, bool), p *createParams) *apiError {
-	boolean := func(k string) (bool, bool, *apiError) {
-		v, ok := get(k)
-		if !ok {
-			return false, false, nil
-		}
-		switch v {
-		case "true":
-			return true, true, nil
-		case "false":
-			return false, true, nil
-		}
-		return false, true, invalid(k, "parameter_invalid_boolean", "Invalid boolean: "+v)
-	}
-	p.captureMethod, _ = get("capture_method")
-	switch p.captureMethod {
-	case "", "automatic", "automatic_async", "manual":
-	default:
-		return invalid("capture_method", "", "Invalid capture_method: must be one of automatic, automatic_async, or manual")
+func parseCharge(form map[string][]string, p *createParams) *apiError {
+	var (
+		e        *apiError
+		offGiven bool
+	)
+	if p.captureMethod, e = enumParam(form, "capture_method", captureMethods); e != nil {
+		return e
 	}
 	if p.captureMethod == "" {
 		p.captureMethod = "automatic"
 	}
-	p.setupFutureUsage, _ = get("setup_future_usage")
-	switch p.setupFutureUsage {
-	case "", "on_session", "off_session":
-	default:
-		return invalid("setup_future_usage", "", "Invalid setup_future_usage: must be one of on_session or off_session")
+	if p.setupFutureUsage, e = enumParam(form, "setup_future_usage", futureUsages); e != nil {
+		return e
 	}
-	off, offGiven, err := boolean("off_session")
-	if err != nil {
-		return err
+	if p.offSession, offGiven, e = boolParam(form, "off_session"); e != nil {
+		return e
 	}
-	p.offSession = off
-	apmEnabled, apmGiven, err := boolean("automatic_payment_methods[enabled]")
-	if err != nil {
-		return err
+	apmGiven, e := parseAutomaticPaymentMethods(form, p)
+	if e != nil {
+		return e
 	}
-	p.automaticPaymentMethods = apmEnabled
-	p.allowRedirects, _ = get("automatic_payment_methods[allow_redirects]")
-	switch p.allowRedirects {
-	case "", "always", "never":
-	default:
-		return invalid("automatic_payment_methods[allow_redirects]", "", "Invalid automatic_payment_methods[allow_redirects]: must be one of always or never")
-	}
-	if p.allowRedirects != "" && !apmGiven {
-		return invalid("automatic_payment_methods[enabled]", "parameter_missing", "Missing required param: automatic_payment_methods[enabled].")
-	}
-	for k := range form {
-		if strings.HasPrefix(k, "payment_method_types[") {
-			p.paymentMethodTypes = append(p.paymentMethodTypes, k)
-		}
-	}
-	if len(p.paymentMethodTypes) > 0 {
-		slices.Sort(p.paymentMethodTypes) // payment_method_types[0], [1], ...
-		keys := p.paymentMethodTypes
-		p.paymentMethodTypes = nil
-		for _, k := range keys {
-			v, _ := get(k)
-			p.paymentMethodTypes = append(p.paymentMethodTypes, v)
-		}
-	}
+	p.paymentMethodTypes = paymentMethodTypes(form)
 	if apmGiven && len(p.paymentMethodTypes) > 0 {
 		return invalid("automatic_payment_methods", "", "You may only specify one of these parameters: automatic_payment_methods, payment_method_types.")
 	}
-	p.returnURL, _ = get("return_url")
+	p.returnURL = formValue(form, "return_url")
+	return checkConfirmation(p, offGiven, apmGiven)
+}
+
+var (
+	captureMethods  = []string{"automatic", "automatic_async", "manual"}
+	futureUsages    = []string{"on_session", "off_session"}
+	redirectChoices = []string{"always", "never"}
+)
+
+// parseAutomaticPaymentMethods reads automatic_payment_methods[enabled]
+// and [allow_redirects], and reports whether [enabled] was given.
+func parseAutomaticPaymentMethods(form map[string][]string, p *createParams) (given bool, e *apiError) {
+	if p.automaticPaymentMethods, given, e = boolParam(form, "automatic_payment_methods[enabled]"); e != nil {
+		return given, e
+	}
+	if p.allowRedirects, e = enumParam(form, "automatic_payment_methods[allow_redirects]", redirectChoices); e != nil {
+		return given, e
+	}
+	if p.allowRedirects != "" && !given {
+		return given, invalid("automatic_payment_methods[enabled]", "parameter_missing", "Missing required param: automatic_payment_methods[enabled].")
+	}
+	return given, nil
+}
+
+// paymentMethodTypes reads payment_method_types[0], [1], ... in the order
+// of their sorted names; nil when there are none.
+func paymentMethodTypes(form map[string][]string) []string {
+	var names []string
+	for k := range form {
+		if strings.HasPrefix(k, "payment_method_types[") {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	var types []string
+	for _, k := range names {
+		types = append(types, formValue(form, k))
+	}
+	return types
+}
+
+// checkConfirmation refuses the combinations Stripe refuses of confirm,
+// off_session, return_url, the payment method and the payment method
+// types.
+func checkConfirmation(p *createParams, offGiven, apmGiven bool) *apiError {
 	switch {
 	case offGiven && !p.confirm:
 		return invalid("off_session", "", "You can only use `off_session` when `confirm=true`.")
@@ -288,7 +328,7 @@ func parseCharge(form map[string][]string, get func(string) (string, bool), p *c
 	case p.confirm && p.paymentMethod == "":
 		return invalid("payment_method", "payment_intent_unexpected_state", "You cannot confirm this PaymentIntent because it's missing a payment method. To confirm the PaymentIntent with "+
 			"a customer, you must provide a payment method.")
-	case p.confirm && p.returnURL == "" && len(p.paymentMethodTypes) == 0 && (!apmGiven || (apmEnabled && p.allowRedirects != "never")):
+	case p.confirm && p.returnURL == "" && len(p.paymentMethodTypes) == 0 && (!apmGiven || (p.automaticPaymentMethods && p.allowRedirects != "never")):
 		// From API version 2023-08-16 on, a PaymentIntent without
 		// payment_method_types uses the Dashboard's payment methods,
 		// redirect-based ones included.

@@ -48,58 +48,13 @@ const (
 // the answer, and whether to save it: a refusal because of an object's
 // state (nothing done) is not saved, so a retry executes afresh.
 func (s *Server) keyedPost(w http.ResponseWriter, r *http.Request, reqID, mismatch string, check func() *apiError, act func() (savedResponse, bool)) {
-	form := r.PostForm
-	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
-
 	f := s.faults.Next()
-	// Faults at the edge, before the idempotency layer: nothing is saved.
-	switch {
-	case f.Kind == fault.RateLimit:
-		s.countFault(f.Kind)
-		secs := int64(math.Ceil(f.RetryAfterOrDefault().Seconds()))
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		s.writeError(w, r, reqID, http.StatusTooManyRequests, apiError{
-			Type:    "invalid_request_error",
-			Code:    "rate_limit",
-			Message: "Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.",
-			DocURL:  "https://stripe.com/docs/error-codes/rate-limit",
-		})
-		return
-	case f.Kind == fault.ErrorBefore && f.StatusOr500() != http.StatusInternalServerError:
-		s.countFault(f.Kind)
-		s.write(w, r, reqID, f.StatusOr500(), serverErrorBody(f.StatusOr500()))
+	if s.failAtEdge(w, r, reqID, f) {
 		return
 	}
-
-	var claim *idemstore.Claim[savedResponse]
-	if key != "" {
-		// The path is part of the fingerprint: a key is for one endpoint.
-		// url.Values.Encode sorts by key: the fingerprint is order-independent.
-		c, outcome, saved := s.keys.Begin(key, r.URL.Path+"?"+form.Encode(), s.now())
-		switch outcome {
-		case idemstore.Fresh:
-			claim = c
-		case idemstore.InFlight:
-			s.writeError(w, r, reqID, http.StatusConflict, apiError{
-				Type:    "invalid_request_error",
-				Code:    "idempotency_key_in_use",
-				Message: "There is currently another in-progress request using this idempotent key (that probably means you submitted twice, and the other request is still going through): " + key + ". Please try again later.",
-				DocURL:  "https://stripe.com/docs/error-codes/idempotency-key-in-use",
-			})
-			return
-		case idemstore.Mismatch:
-			s.writeError(w, r, reqID, http.StatusBadRequest, apiError{
-				Type:    "idempotency_error",
-				Message: mismatch + " Try using a key other than '" + key + "' if you meant to execute a different request.",
-			})
-			return
-		case idemstore.Saved:
-			s.mu.Lock()
-			s.replays++
-			s.mu.Unlock()
-			s.replay(w, r, reqID, saved, f)
-			return
-		}
+	claim, ok := s.claimKey(w, r, reqID, mismatch, f)
+	if !ok {
+		return
 	}
 	if e := check(); e != nil {
 		claim.Release()
@@ -119,6 +74,77 @@ func (s *Server) keyedPost(w http.ResponseWriter, r *http.Request, reqID, mismat
 		s.write(w, r, reqID, resp.status, resp.body)
 		return
 	}
+	s.finishKeyed(w, r, reqID, f, claim, resp)
+}
+
+// failAtEdge applies a fault that strikes before the idempotency layer (a
+// fault.RateLimit, a fault.ErrorBefore other than 500), so nothing is saved,
+// and reports whether it answered.
+func (s *Server) failAtEdge(w http.ResponseWriter, r *http.Request, reqID string, f fault.Fault) bool {
+	switch {
+	case f.Kind == fault.RateLimit:
+		s.countFault(f.Kind)
+		secs := int64(math.Ceil(f.RetryAfterOrDefault().Seconds()))
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		s.writeError(w, r, reqID, http.StatusTooManyRequests, apiError{
+			Type:    "invalid_request_error",
+			Code:    "rate_limit",
+			Message: "Too many requests hit the API too quickly. We recommend an exponential backoff of your requests.",
+			DocURL:  "https://stripe.com/docs/error-codes/rate-limit",
+		})
+		return true
+	case f.Kind == fault.ErrorBefore && f.StatusOr500() != http.StatusInternalServerError:
+		s.countFault(f.Kind)
+		s.write(w, r, reqID, f.StatusOr500(), serverErrorBody(f.StatusOr500()))
+		return true
+	}
+	return false
+}
+
+// claimKey claims the request's Idempotency-Key, when it has one, for a
+// fresh execution. It answers the request itself when the key is in flight
+// (409), was first used with other parameters or on another endpoint (400,
+// worded by mismatch), or has a saved answer (replayed, with f's network
+// faults). Without a key the claim is nil, which Release and Finish ignore.
+func (s *Server) claimKey(w http.ResponseWriter, r *http.Request, reqID, mismatch string, f fault.Fault) (*idemstore.Claim[savedResponse], bool) {
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	if key == "" {
+		return nil, true
+	}
+	// The path is part of the fingerprint: a key is for one endpoint.
+	// url.Values.Encode sorts by key: the fingerprint is order-independent.
+	c, outcome, saved := s.keys.Begin(key, r.URL.Path+"?"+r.PostForm.Encode(), s.now())
+	switch outcome {
+	case idemstore.InFlight:
+		s.writeError(w, r, reqID, http.StatusConflict, apiError{
+			Type:    "invalid_request_error",
+			Code:    "idempotency_key_in_use",
+			Message: "There is currently another in-progress request using this idempotent key (that probably means you submitted twice, and the other request is still going through): " + key + ". Please try again later.",
+			DocURL:  "https://stripe.com/docs/error-codes/idempotency-key-in-use",
+		})
+		return nil, false
+	case idemstore.Mismatch:
+		s.writeError(w, r, reqID, http.StatusBadRequest, apiError{
+			Type:    "idempotency_error",
+			Message: mismatch + " Try using a key other than '" + key + "' if you meant to execute a different request.",
+		})
+		return nil, false
+	case idemstore.Saved:
+		s.mu.Lock()
+		s.replays++
+		s.mu.Unlock()
+		s.replay(w, r, reqID, saved, f)
+		return nil, false
+	}
+	return c, true
+}
+
+// finishKeyed saves resp, an answer act chose to save, under the claim and
+// answers as the fault drawn for the request says: fault.ErrorAfter answers
+// its status (a 500 saved in place of resp, as Stripe saves its 500s),
+// fault.LoseResponse drops the connection, fault.Delay holds the answer
+// back while the key stays in flight.
+func (s *Server) finishKeyed(w http.ResponseWriter, r *http.Request, reqID string, f fault.Fault, claim *idemstore.Claim[savedResponse], resp savedResponse) {
 	switch f.Kind {
 	case fault.ErrorAfter:
 		s.countFault(f.Kind)
@@ -160,14 +186,33 @@ func success(reqID string, object map[string]any) (savedResponse, bool) {
 }
 
 // enumParam reads param, which must be empty or one of allowed, and
-// refuses any other value in Stripe's words ("must be one of a, b, or c").
+// refuses any other value in Stripe's words ("must be one of a or b",
+// "must be one of a, b, or c").
 func enumParam(form map[string][]string, param string, allowed []string) (string, *apiError) {
 	v := formValue(form, param)
 	if v != "" && !slices.Contains(allowed, v) {
-		oneOf := strings.Join(allowed[:len(allowed)-1], ", ") + ", or " + allowed[len(allowed)-1]
+		oneOf := strings.Join(allowed, " or ")
+		if len(allowed) > 2 {
+			oneOf = strings.Join(allowed[:len(allowed)-1], ", ") + ", or " + allowed[len(allowed)-1]
+		}
 		return "", invalid(param, "", "Invalid "+param+": must be one of "+oneOf)
 	}
 	return v, nil
+}
+
+// boolParam reads param, which must be "true" or "false" when given.
+func boolParam(form map[string][]string, param string) (v, given bool, e *apiError) {
+	s, given := formParam(form, param)
+	if !given {
+		return false, false, nil
+	}
+	switch s {
+	case "true":
+		return true, true, nil
+	case "false":
+		return false, true, nil
+	}
+	return false, true, invalid(param, "parameter_invalid_boolean", "Invalid boolean: "+s)
 }
 
 // metadataParams reads metadata[...] parameters as Stripe checks them.
@@ -216,9 +261,16 @@ func onlyParams(form map[string][]string, known ...string) *apiError {
 	return nil
 }
 
+// formValue is the last value of parameter k, or "" when it is not given.
 func formValue(form map[string][]string, k string) string {
+	v, _ := formParam(form, k)
+	return v
+}
+
+// formParam is formValue, and whether k was given at all.
+func formParam(form map[string][]string, k string) (string, bool) {
 	if vs := form[k]; len(vs) > 0 {
-		return vs[len(vs)-1]
+		return vs[len(vs)-1], true
 	}
-	return ""
+	return "", false
 }

@@ -112,91 +112,113 @@ func (s *Server) handleRefundCreate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	form := r.PostForm
-	var (
-		piID     string
-		amount   int64
-		reason   string
-		metadata map[string]string
-	)
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	var params refundParams
 	check := func() *apiError {
-		if e := onlyParams(form, "payment_intent", "charge", "amount", "reason", "refund_application_fee", "reverse_transfer", "instructions_email", "origin"); e != nil {
-			return e
-		}
 		var e *apiError
-		if metadata, e = metadataParams(form); e != nil {
-			return e
-		}
-		piID = formValue(form, "payment_intent")
-		if piID == "" {
-			if formValue(form, "charge") != "" {
-				return invalid("charge", "", "This test double refunds by payment_intent only.")
-			}
-			return invalid("", "parameter_missing", "One of the following params should be provided for this request: payment_intent or charge.")
-		}
-		if v := formValue(form, "amount"); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return invalid("amount", "parameter_invalid_integer", "Invalid integer: "+v)
-			}
-			if n < 1 {
-				return invalid("amount", "parameter_invalid_integer", "This value must be greater than or equal to 1.")
-			}
-			amount = n
-		}
-		reason, e = enumParam(form, "reason", refundReasons)
+		params, e = parseRefund(r.PostForm)
 		return e
 	}
-	act := func() (savedResponse, bool) {
-		s.mu.Lock()
-		pi, ok := s.byID[piID]
-		if !ok {
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "payment_intent",
-				Message: "No such payment_intent: '" + piID + "'", DocURL: "https://stripe.com/docs/error-codes/resource-missing"})
-		}
-		if pi.Status != "succeeded" {
-			status := pi.Status
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state", Param: "payment_intent",
-				Message: "This PaymentIntent (" + piID + ") does not have a successful charge to refund: it has a status of " + status + "."})
-		}
-		received := pi.received()
-		left := received - pi.AmountRefunded
-		if left <= 0 {
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "charge_already_refunded",
-				Message: "Charge " + chargeID(piID) + " has already been refunded."})
-		}
-		want := amount
-		if want == 0 {
-			want = left
-		}
-		if want > left {
-			s.mu.Unlock()
-			return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "amount_too_large", Param: "amount",
-				Message: fmt.Sprintf("Refund amount (%d) is greater than unrefunded amount on charge (%d)", want, left)})
-		}
-		rf := &Refund{
-			ID:             newID("re_", 24),
-			PaymentIntent:  piID,
-			Amount:         want,
-			Currency:       pi.Currency,
-			Reason:         reason,
-			Status:         "succeeded",
-			Metadata:       metadata,
-			Created:        s.now(),
-			IdempotencyKey: strings.TrimSpace(r.Header.Get("Idempotency-Key")),
-			RequestID:      reqID,
-		}
-		pi.AmountRefunded += want
-		s.refunds = append(s.refunds, rf)
-		s.effects.Add(rf.Metadata["intent_id"])
-		wire := rf.wire()
-		s.mu.Unlock()
-		return success(reqID, wire)
-	}
+	act := func() (savedResponse, bool) { return s.refund(params, key, reqID) }
 	s.keyedPost(w, r, reqID, mismatchEndpoint, check, act)
+}
+
+type refundParams struct {
+	paymentIntent string
+	amount        int64 // 0: what is left
+	reason        string
+	metadata      map[string]string
+}
+
+// parseRefund validates a refund's form the way Stripe's API does, as far
+// as the double needs to.
+func parseRefund(form map[string][]string) (refundParams, *apiError) {
+	var (
+		p refundParams
+		e *apiError
+	)
+	if e = onlyParams(form, "payment_intent", "charge", "amount", "reason", "refund_application_fee", "reverse_transfer", "instructions_email", "origin"); e != nil {
+		return p, e
+	}
+	if p.metadata, e = metadataParams(form); e != nil {
+		return p, e
+	}
+	p.paymentIntent = formValue(form, "payment_intent")
+	if p.paymentIntent == "" {
+		if formValue(form, "charge") != "" {
+			return p, invalid("charge", "", "This test double refunds by payment_intent only.")
+		}
+		return p, invalid("", "parameter_missing", "One of the following params should be provided for this request: payment_intent or charge.")
+	}
+	if v := formValue(form, "amount"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return p, invalid("amount", "parameter_invalid_integer", "Invalid integer: "+v)
+		}
+		if n < 1 {
+			return p, invalid("amount", "parameter_invalid_integer", "This value must be greater than or equal to 1.")
+		}
+		p.amount = n
+	}
+	p.reason, e = enumParam(form, "reason", refundReasons)
+	return p, e
+}
+
+// refund makes the refund p asks for, a success saved under the key, or
+// refuses it, not saved, when the PaymentIntent cannot be refunded that
+// much.
+func (s *Server) refund(p refundParams, key, reqID string) (savedResponse, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pi, ok := s.byID[p.paymentIntent]
+	if !ok {
+		return refusal(reqID, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "resource_missing", Param: "payment_intent",
+			Message: "No such payment_intent: '" + p.paymentIntent + "'", DocURL: "https://stripe.com/docs/error-codes/resource-missing"})
+	}
+	amount, e := refundable(pi, p.amount)
+	if e != nil {
+		return refusal(reqID, http.StatusBadRequest, *e)
+	}
+	rf := &Refund{
+		ID:             newID("re_", 24),
+		PaymentIntent:  pi.ID,
+		Amount:         amount,
+		Currency:       pi.Currency,
+		Reason:         p.reason,
+		Status:         "succeeded",
+		Metadata:       p.metadata,
+		Created:        s.now(),
+		IdempotencyKey: key,
+		RequestID:      reqID,
+	}
+	pi.AmountRefunded += amount
+	s.refunds = append(s.refunds, rf)
+	s.effects.Add(rf.Metadata["intent_id"])
+	return success(reqID, rf.wire())
+}
+
+// refundable is how much a refund of pi for requested (0: what is left)
+// takes, or why it cannot: pi has no successful charge, was refunded in
+// full, or has less left than requested. The caller holds s.mu.
+func refundable(pi *PaymentIntent, requested int64) (int64, *apiError) {
+	if pi.Status != "succeeded" {
+		return 0, &apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state", Param: "payment_intent",
+			Message: "This PaymentIntent (" + pi.ID + ") does not have a successful charge to refund: it has a status of " + pi.Status + "."}
+	}
+	left := pi.received() - pi.AmountRefunded
+	if left <= 0 {
+		return 0, &apiError{Type: "invalid_request_error", Code: "charge_already_refunded",
+			Message: "Charge " + chargeID(pi.ID) + " has already been refunded."}
+	}
+	want := requested
+	if want == 0 {
+		want = left
+	}
+	if want > left {
+		return 0, &apiError{Type: "invalid_request_error", Code: "amount_too_large", Param: "amount",
+			Message: fmt.Sprintf("Refund amount (%d) is greater than unrefunded amount on charge (%d)", want, left)}
+	}
+	return want, nil
 }
 
 // received is what the PaymentIntent's charge took. The caller holds s.mu.

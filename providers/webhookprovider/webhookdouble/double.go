@@ -256,6 +256,7 @@ func (s *Server) count(f func()) {
 	f()
 }
 
+// handle serves every request, in the order Handler's doc gives.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.count(func() { s.requests++ })
 	if r.Method != http.MethodPost {
@@ -263,20 +264,48 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, message{"only POST is accepted"})
 		return
 	}
+	body, ok := s.readSignedBody(w, r)
+	if !ok {
+		return
+	}
+	d, ok := decodeDelivery(w, r, body)
+	if !ok {
+		return
+	}
+	claim, ok := s.claimKey(w, r, &d)
+	if !ok {
+		return
+	}
+	f := s.faults.Next()
+	if s.refuseWithoutActing(w, f, d, claim) {
+		return
+	}
+	s.actAndAnswer(w, r, f, &d, claim)
+}
+
+// readSignedBody reads the body and verifies its signature, answering 400,
+// 413 or 401 itself when it goes no further.
+func (s *Server) readSignedBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, message{"cannot read the body"})
-		return
+		return nil, false
 	}
 	if len(body) > MaxBodyBytes {
 		writeJSON(w, http.StatusRequestEntityTooLarge, message{fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes)})
-		return
+		return nil, false
 	}
 	if err := webhookprovider.VerifyAt(s.secret, r.Header.Get(webhookprovider.SignatureHeader), body, s.tolerance, s.now()); err != nil {
 		s.count(func() { s.unauthorized++ })
 		writeJSON(w, http.StatusUnauthorized, message{err.Error()})
-		return
+		return nil, false
 	}
+	return body, true
+}
+
+// decodeDelivery reads the delivery from the request's envelope and
+// headers, answering 400 itself when the body is not an envelope.
+func decodeDelivery(w http.ResponseWriter, r *http.Request, body []byte) (Delivery, bool) {
 	var env struct {
 		ID        string          `json:"id"`
 		Event     string          `json:"event"`
@@ -285,9 +314,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := json.Unmarshal(body, &env); err != nil || env.ID == "" || env.Event == "" || len(env.Data) == 0 {
 		writeJSON(w, http.StatusBadRequest, message{"the body must be a JSON object with id, event and data"})
-		return
+		return Delivery{}, false
 	}
-	d := Delivery{
+	return Delivery{
 		Path:      r.URL.Path,
 		IntentID:  r.Header.Get(webhookprovider.IntentIDHeader),
 		Namespace: r.Header.Get(webhookprovider.NamespaceHeader),
@@ -295,52 +324,68 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		Event:     env.Event,
 		Data:      env.Data,
 		CreatedAt: env.CreatedAt,
-	}
+	}, true
+}
 
-	var claim *idemstore.Claim[saved]
-	if s.keyHeader != "" {
-		d.IdempotencyKey = r.Header.Get(s.keyHeader)
-		if d.IdempotencyKey == "" {
-			writeJSON(w, http.StatusBadRequest, message{"the " + s.keyHeader + " header is required"})
-			return
-		}
-		// Receivers compare keys, not bodies: one fingerprint for all.
-		c, outcome, sv := s.keys.Begin(d.IdempotencyKey, "", s.now())
-		switch outcome {
-		case idemstore.InFlight:
-			writeJSON(w, http.StatusConflict, message{"a request with this idempotency key is in progress; retry later"})
-			return
-		case idemstore.Saved:
-			s.mu.Lock()
-			s.replays++
-			s.mu.Unlock()
-			s.replay(w, r, sv)
-			return
-		}
-		claim = c
+// claimKey claims the delivery's idempotency key when the double honours
+// one, and sets d.IdempotencyKey. It answers the request itself when it
+// goes no further: 400 without a key, 409 while the key is in flight, the
+// saved answer replayed. Without an IdempotencyHeader the claim is nil,
+// which Release and Finish ignore.
+func (s *Server) claimKey(w http.ResponseWriter, r *http.Request, d *Delivery) (*idemstore.Claim[saved], bool) {
+	if s.keyHeader == "" {
+		return nil, true
 	}
+	d.IdempotencyKey = r.Header.Get(s.keyHeader)
+	if d.IdempotencyKey == "" {
+		writeJSON(w, http.StatusBadRequest, message{"the " + s.keyHeader + " header is required"})
+		return nil, false
+	}
+	// Receivers compare keys, not bodies: one fingerprint for all.
+	c, outcome, sv := s.keys.Begin(d.IdempotencyKey, "", s.now())
+	switch outcome {
+	case idemstore.InFlight:
+		writeJSON(w, http.StatusConflict, message{"a request with this idempotency key is in progress; retry later"})
+		return nil, false
+	case idemstore.Saved:
+		s.mu.Lock()
+		s.replays++
+		s.mu.Unlock()
+		s.replay(w, r, sv)
+		return nil, false
+	}
+	return c, true
+}
 
-	f := s.faults.Next()
-	switch f.Kind {
-	case fault.RateLimit:
+// refuseWithoutActing answers a delivery the double does not act on (a
+// fault.RateLimit or fault.ErrorBefore, or RejectedEvent), releasing the
+// claim so that a retry with the key acts, and reports whether it did.
+func (s *Server) refuseWithoutActing(w http.ResponseWriter, f fault.Fault, d Delivery, claim *idemstore.Claim[saved]) bool {
+	switch {
+	case f.Kind == fault.RateLimit:
 		s.applyFault(f.Kind)
 		claim.Release()
 		w.Header().Set("Retry-After", strconv.Itoa(int((f.RetryAfterOrDefault()+time.Second-1)/time.Second)))
 		writeJSON(w, http.StatusTooManyRequests, message{"too many requests"})
-		return
-	case fault.ErrorBefore:
+		return true
+	case f.Kind == fault.ErrorBefore:
 		s.applyFault(f.Kind)
 		claim.Release()
 		writeJSON(w, f.StatusOr500(), message{"the receiver failed before handling the event"})
-		return
-	}
-	if d.Event == RejectedEvent {
+		return true
+	case d.Event == RejectedEvent:
 		claim.Release()
 		writeJSON(w, http.StatusUnprocessableEntity, message{"event " + RejectedEvent + " is not accepted by this receiver"})
-		return
+		return true
 	}
+	return false
+}
 
-	ok := s.act(&d)
+// actAndAnswer acts on the delivery, saves an answer under the claim and
+// answers, as the fault drawn (fault.ErrorAfter, fault.LoseResponse,
+// fault.Delay, or none) says in Handler's doc.
+func (s *Server) actAndAnswer(w http.ResponseWriter, r *http.Request, f fault.Fault, d *Delivery, claim *idemstore.Claim[saved]) {
+	accepted := s.act(d)
 	switch f.Kind {
 	case fault.ErrorAfter:
 		s.applyFault(f.Kind)
@@ -349,23 +394,23 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		if status == http.StatusInternalServerError {
 			claim.Finish(saved{status: status, body: errBody})
 		} else {
-			claim.Finish(ok)
+			claim.Finish(accepted)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
 		_, _ = w.Write(errBody)
 	case fault.LoseResponse:
 		s.applyFault(f.Kind)
-		claim.Finish(ok)
+		claim.Finish(accepted)
 		fault.DropConnection(w)
 	case fault.Delay:
 		s.applyFault(f.Kind)
 		sleep(r.Context(), f.Delay)
-		claim.Finish(ok)
-		writeSaved(w, ok)
+		claim.Finish(accepted)
+		writeSaved(w, accepted)
 	default:
-		claim.Finish(ok)
-		writeSaved(w, ok)
+		claim.Finish(accepted)
+		writeSaved(w, accepted)
 	}
 }
 

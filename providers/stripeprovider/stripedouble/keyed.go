@@ -2,6 +2,7 @@ package stripedouble
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -218,7 +219,10 @@ func boolParam(form map[string][]string, param string) (v, given bool, e *apiErr
 // metadataParams reads metadata[...] parameters as Stripe checks them.
 func metadataParams(form map[string][]string) (map[string]string, *apiError) {
 	md := map[string]string{}
-	for k, vs := range form {
+	// In key order, so that of two bad keys the same one is named every
+	// time (the form is a map).
+	for _, k := range slices.Sorted(maps.Keys(form)) {
+		vs := form[k]
 		mk, ok := strings.CutPrefix(k, "metadata[")
 		if !ok || !strings.HasSuffix(mk, "]") {
 			continue
@@ -243,7 +247,7 @@ func metadataParams(form map[string][]string) (map[string]string, *apiError) {
 
 // onlyParams refuses a parameter outside known (or metadata[...], expand[...]).
 func onlyParams(form map[string][]string, known ...string) *apiError {
-	for k := range form {
+	for _, k := range slices.Sorted(maps.Keys(form)) {
 		if strings.HasPrefix(k, "metadata[") || strings.HasPrefix(k, "expand[") {
 			continue
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 	"github.com/outboxkit/outbox/providers"
@@ -25,19 +25,13 @@ import (
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
 
-// clock is a test clock: real time plus an offset the test moves forward.
-type clock struct{ offset atomic.Int64 }
-
-func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
-
 type testBundle struct {
 	pool     *pgxpool.Pool
 	stripe   *stripedouble.Server
 	sendgrid *sendgriddouble.Server
 	registry *providers.Registry
 	recorder *intents.Client
-	clock    *clock
+	clock    *testkit.Clock
 }
 
 type options struct {
@@ -47,7 +41,7 @@ type options struct {
 func setup(t *testing.T, opts options) *testBundle {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
-	clk := &clock{}
+	clk := testkit.NewRunningClock()
 	sd, err := stripedouble.NewServer(stripedouble.Config{Now: clk.Now, Faults: fault.New(1)})
 	if err != nil {
 		t.Fatal(err)

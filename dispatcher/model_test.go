@@ -156,13 +156,6 @@ func flagInt(name string) int {
 	return n
 }
 
-// modelClock is real time plus an offset the test moves forward; shared by
-// the dispatcher and the Stripe double.
-type modelClock struct{ offset atomic.Int64 }
-
-func (c *modelClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *modelClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
-
 // faultChoice is one provider call's outcome, as the doubles show it.
 type faultChoice struct {
 	Name  string
@@ -233,7 +226,7 @@ type zombie struct {
 	parked   chan struct{}
 	done     chan struct{}
 	parkedAt time.Time
-	clock    *modelClock
+	clock    *testkit.Clock
 }
 
 // modelProvider wraps a real adapter: it injects the planned fault into the
@@ -361,7 +354,7 @@ type modelEnv struct {
 	// recorder and the operator use it; the checks use pool.
 	proxied  *pgxpool.Pool
 	proxy    *testkit.LostAckProxy
-	clock    *modelClock
+	clock    *testkit.Clock
 	stripe   *stripedouble.Server
 	sendgrid *sendgriddouble.Server
 	seq      atomic.Int64
@@ -424,7 +417,7 @@ type modelIntent struct {
 // model is one case.
 type model struct {
 	env   *modelEnv
-	clock *modelClock
+	clock *testkit.Clock
 	d     *Dispatcher
 	rec   *intents.Client
 	ops   *audit.Store
@@ -479,7 +472,7 @@ func (m *model) note(t *rapid.T, format string, args ...any) {
 func TestModel(t *testing.T) {
 	modelDefaults(t)
 	pool, _ := pgtest.NewDB(t)
-	env := &modelEnv{pool: pool, clock: &modelClock{}}
+	env := &modelEnv{pool: pool, clock: testkit.NewRunningClock()}
 	env.proxied, env.proxy = testkit.LostAckPool(t, pool)
 	var err error
 	env.stripe, err = stripedouble.NewServer(stripedouble.Config{Now: env.clock.Now, Faults: fault.New(1)})

@@ -54,3 +54,17 @@ func TestUniqueNameDiffersPerCallAndNamesTheTest(t *testing.T) {
 		t.Errorf("names %q and %q", a, b)
 	}
 }
+
+func TestClockMovesOnlyWhenAdvancedOrWithRealTime(t *testing.T) {
+	at := time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)
+	stopped := testkit.NewClock(at)
+	stopped.Advance(time.Hour)
+	if got := stopped.Now(); !got.Equal(at.Add(time.Hour)) {
+		t.Fatalf("stopped clock = %s, want %s", got, at.Add(time.Hour))
+	}
+	running := testkit.NewRunningClock()
+	running.Advance(24 * time.Hour)
+	if ahead := time.Until(running.Now()); ahead < 23*time.Hour || ahead > 25*time.Hour {
+		t.Fatalf("running clock is %s ahead of real time, want 24h", ahead)
+	}
+}

@@ -157,7 +157,7 @@ func TestClassificationThroughTheDouble(t *testing.T) {
 			defer wg.Done()
 			_, _ = p.Perform(slowCtx, req(1, "k", payload))
 		}()
-		waitFor(t, "the first attempt to reach the double", func() bool { return d.EffectsFor(1) == 1 })
+		testkit.Eventually(t, 10*time.Second, "the first attempt to reach the double", func() bool { return d.EffectsFor(1) == 1 })
 		_, err := p.Perform(ctx, req(1, "k", payload))
 		ae := attemptErr(t, err)
 		expect(t, ae, providers.OutcomeRetry, 409)
@@ -511,16 +511,5 @@ func TestRedact(t *testing.T) {
 		if got := string(p.Redact(stripeprovider.KindPaymentIntent, json.RawMessage(bad))); got != `{"redacted":"unparseable payload"}` {
 			t.Errorf("Redact(%q) = %s", bad, got)
 		}
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }

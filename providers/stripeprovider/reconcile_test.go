@@ -6,31 +6,18 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	stripe "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
-
-// testClock is a settable clock for the double.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // deployment is one database's view of an intent: the dispatcher derives
 // the provider-facing key from the namespace and the consumer's key.
@@ -242,7 +229,7 @@ func TestReconcileMismatchIsNeverAdopted(t *testing.T) {
 // invisible to Stripe's search but found by the list endpoint.
 func TestReconcileListsWhatSearchMisses(t *testing.T) {
 	ctx := context.Background()
-	clk := &testClock{now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
 	d := newDouble(t, stripedouble.Config{APIKey: secretKey, Now: clk.Now, SearchLag: 5 * time.Minute})
 	p, err := stripeprovider.New(stripeprovider.Config{APIKey: secretKey, BaseURL: d.URL()})
 	if err != nil {
@@ -353,7 +340,7 @@ func TestReconcilePageBound(t *testing.T) {
 // less ListClockSkewMargin; nothing older can be the key's.
 func TestReconcileCreationWindow(t *testing.T) {
 	ctx := context.Background()
-	clk := &testClock{now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
 	d := newDouble(t, stripedouble.Config{APIKey: secretKey, Now: clk.Now})
 	p, err := stripeprovider.New(stripeprovider.Config{APIKey: secretKey, BaseURL: d.URL()})
 	if err != nil {

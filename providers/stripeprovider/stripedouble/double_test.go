@@ -70,18 +70,6 @@ func stripeErr(t *testing.T, err error) *stripe.Error {
 	return se
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestCreateAndReplay(t *testing.T) {
 	d := start(t, stripedouble.Config{})
 	api := sdk(d, stripedouble.DefaultAPIKey)
@@ -248,7 +236,7 @@ func TestKeyInUseWhileFirstRequestIsDelayed(t *testing.T) {
 		_, err := api.PaymentIntents.New(params(ctx, "key-slow", 1, 500))
 		firstDone <- err
 	}()
-	waitFor(t, "the delayed request to create its PaymentIntent", func() bool { return len(d.PaymentIntents()) == 1 })
+	testkit.Eventually(t, 10*time.Second, "the delayed request to create its PaymentIntent", func() bool { return len(d.PaymentIntents()) == 1 })
 
 	_, err := api.PaymentIntents.New(params(context.Background(), "key-slow", 1, 500))
 	se := stripeErr(t, err)
@@ -262,7 +250,7 @@ func TestKeyInUseWhileFirstRequestIsDelayed(t *testing.T) {
 		t.Fatal("the cancelled request succeeded")
 	}
 	var replayed *stripe.PaymentIntent
-	waitFor(t, "the key to be released", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the key to be released", func() bool {
 		pi, err := api.PaymentIntents.New(params(context.Background(), "key-slow", 1, 500))
 		if err != nil {
 			if se := stripeErr(t, err); se.Code != stripe.ErrorCodeIdempotencyKeyInUse {
@@ -451,21 +439,8 @@ func TestDecline(t *testing.T) {
 	}
 }
 
-// clock is a settable clock for key expiry.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func TestKeysExpireAfter24Hours(t *testing.T) {
-	clk := &clock{now: time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC))
 	d := start(t, stripedouble.Config{Now: clk.Now})
 	api := sdk(d, stripedouble.DefaultAPIKey)
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 
 	stripe "github.com/stripe/stripe-go/v76"
 
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
 
@@ -38,7 +39,7 @@ func ids(pis []*stripe.PaymentIntent) []string {
 }
 
 func TestList(t *testing.T) {
-	clk := &clock{now: time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC))
 	d := start(t, stripedouble.Config{Now: clk.Now})
 	api := sdk(d, stripedouble.DefaultAPIKey)
 	ctx := context.Background()
@@ -150,7 +151,7 @@ func TestList(t *testing.T) {
 // Reconcile must not trust: a PaymentIntent created moments ago is listed at
 // once but found by search only once the lag has passed.
 func TestSearchLagsListDoesNot(t *testing.T) {
-	clk := &clock{now: time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC)}
+	clk := testkit.NewClock(time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC))
 	d := start(t, stripedouble.Config{Now: clk.Now, SearchLag: time.Minute})
 	api := sdk(d, stripedouble.DefaultAPIKey)
 	ctx := context.Background()

@@ -10,6 +10,7 @@ import (
 
 	stripe "github.com/stripe/stripe-go/v76"
 
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
@@ -166,7 +167,7 @@ func TestRefundIdempotency(t *testing.T) {
 		defer wg.Done()
 		_, _ = api.Refunds.New(refundParams(ctx, "slow", pi.ID, 100, "23"))
 	}()
-	waitFor(t, "the slow refund", func() bool { return len(d.Refunds()) == 2 })
+	testkit.Eventually(t, 10*time.Second, "the slow refund", func() bool { return len(d.Refunds()) == 2 })
 	_, err = api.Refunds.New(refundParams(ctx, "slow", pi.ID, 100, "23"))
 	if se := stripeErr(t, err); se.HTTPStatusCode != 409 || se.Code != "idempotency_key_in_use" {
 		t.Fatalf("in flight: %+v", se)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
@@ -58,24 +58,7 @@ type testBundle struct {
 	url   string
 	token string
 	http  *http.Client // follows no redirects, keeps no cookies
-	clock *testClock
-}
-
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+	clock *testkit.Clock
 }
 
 type setupOpts struct {
@@ -98,7 +81,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	probe := prometheus.NewCounter(prometheus.CounterOpts{Name: "adminhttp_test_probe_total", Help: "A counter only the test registers."})
 	probe.Add(3)
 	gatherer.MustRegister(probe)
-	clock := &testClock{now: time.Now()}
+	clock := testkit.NewClock(time.Now())
 	srv, err := adminhttp.New(adminhttp.Config{
 		Addr:     "127.0.0.1:0",
 		Token:    opts.token,

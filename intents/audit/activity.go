@@ -140,3 +140,72 @@ func (s *Store) Providers() []string {
 	}
 	return names
 }
+
+// activitySQL is Activity's one read, one snapshot: rows of (rolled up,
+// state, creation bucket, end bucket, count), buckets counted from $1, the
+// window's start, $2 seconds long, -1 for a creation before the window.
+//
+// Live rows, rolled up false: the intents waiting for an attempt (in one of
+// the states $3: no end), the ones now in_doubt that last changed in the
+// window (their end: that change), and those that finished in the window
+// outside the rolled-up range of finished_at (migration 009). Each branch
+// is served by an index: the one on unfinished intents, the one on
+// finished_at.
+//
+// Rolled-up rows, when $4 (the window starts on a minute and its buckets
+// are whole minutes), from the window's minutes: intents created in a
+// minute and finished in the rolled-up range (a creation, no end), and the
+// ones that succeeded or otherwise finished in a minute (an end, no
+// creation). Without $4 the rolled-up range counts as empty and every
+// finished intent is read live.
+const activitySQL = `
+WITH rolled AS MATERIALIZED (
+    SELECT rolled_from, rolled_until FROM outbox_activity_rollup WHERE $4
+  UNION ALL
+    SELECT 'infinity', 'infinity' WHERE NOT $4
+),
+touched AS (
+    SELECT state, created_at, NULL::timestamptz AS ended_at
+    FROM outbox_intents
+    WHERE finished_at IS NULL AND state = ANY($3)
+  UNION ALL
+    SELECT state, created_at, updated_at
+    FROM outbox_intents
+    WHERE finished_at IS NULL AND state = 'in_doubt' AND updated_at >= $1
+  UNION ALL
+    SELECT state, created_at, finished_at
+    FROM outbox_intents
+    WHERE finished_at >= $1 AND finished_at < (SELECT rolled_from FROM rolled)
+  UNION ALL
+    SELECT state, created_at, finished_at
+    FROM outbox_intents
+    WHERE finished_at >= greatest($1, (SELECT rolled_until FROM rolled))
+)
+SELECT false, state,
+    greatest(-1, floor(extract(epoch FROM created_at - $1::timestamptz) / $2::float8))::int,
+    floor(extract(epoch FROM ended_at - $1::timestamptz) / $2::float8)::int,
+    count(*)
+FROM touched
+GROUP BY 2, 3, 4
+UNION ALL
+SELECT true, r.state, r.created, r.ended, r.n
+FROM outbox_activity_minutes m
+CROSS JOIN LATERAL (SELECT floor(extract(epoch FROM m.minute - $1::timestamptz) / $2::float8)::int) AS mb (b)
+CROSS JOIN LATERAL (VALUES ('', mb.b, NULL::int, m.recorded),
+                           ('succeeded', NULL, mb.b, m.succeeded),
+                           ('finished', NULL, mb.b, m.finished - m.succeeded)) AS r (state, created, ended, n)
+WHERE $4 AND m.minute >= $1 AND r.n <> 0`
+
+// waitingStates are the states of an intent waiting for an attempt: every
+// state it can be in before it finishes but in_doubt, which waits for an
+// operator or a look-up instead. From intenttype, so a state added there
+// is counted without a change here.
+func waitingStates() []string {
+	var out []string
+	for _, s := range intenttype.States {
+		if !s.Terminal() && s != intenttype.StateInDoubt {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}

@@ -24,6 +24,9 @@
 //     recording who asked and why in its event log (no state change).
 //   - HowToCheck says how to look an intent up at its provider.
 //   - Stats counts intents by state and by kind.
+//
+// Each query is beside the method that runs it; the tables are created by
+// migrations/001 to 011, and every write is internal/intentstore's.
 package audit
 
 import (

@@ -105,3 +105,34 @@ func scanEvent(row pgx.CollectableRow) (intenttype.Event, error) {
 	err := row.Scan(&e.ID, &e.IntentID, &e.At, &e.Actor, &e.FromState, &e.ToState, &e.Reason)
 	return e, err
 }
+
+const intentByIDSQL = `
+SELECT ` + intentColumns + `
+FROM outbox_intents
+WHERE id = $1`
+
+const intentByKeySQL = `
+SELECT ` + intentColumns + `
+FROM outbox_intents
+WHERE idempotency_key = $1`
+
+// afterSQL lists the intents one comes after (intents.After).
+const afterSQL = `
+SELECT d.after_id, a.idempotency_key, a.state, d.fill
+FROM outbox_intent_dependencies d
+JOIN outbox_intents a ON a.id = d.after_id
+WHERE d.intent_id = $1
+ORDER BY d.after_id`
+
+const attemptsSQL = `
+SELECT id, intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0),
+    coalesce(provider_ref, ''), replayed, coalesce(error, '')
+FROM outbox_attempts
+WHERE intent_id = $1
+ORDER BY attempt, id`
+
+const eventsSQL = `
+SELECT id, intent_id, at, actor, coalesce(from_state, ''), to_state, reason
+FROM outbox_events
+WHERE intent_id = $1
+ORDER BY id`

@@ -216,3 +216,44 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// intentColumns is what every query returning intents selects, in the order
+// scanIntent reads.
+const intentColumns = `id, idempotency_key, kind, provider, name, coalesce(consumer, ''), coalesce(message_id, ''),
+    coalesce(reference, ''), payload, state, attempt_count, coalesce(provider_ref, ''), coalesce(last_error, ''),
+    created_at, updated_at, finished_at, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
+    may_have_acted, recheck_at, coalesce(ordering_key, '')`
+
+// listIntentsSQL is List's keyset query: a NULL parameter does not filter;
+// $9 is the id of the previous page's last intent.
+const listIntentsSQL = `
+SELECT ` + intentColumns + `
+FROM outbox_intents
+WHERE ($1::text[] IS NULL OR state = ANY($1))
+  AND ($2::text[] IS NULL OR kind = ANY($2))
+  AND ($3::text[] IS NULL OR provider = ANY($3))
+  AND ($4::text IS NULL OR consumer = $4)
+  AND ($5::text IS NULL OR message_id = $5)
+  AND ($6::text IS NULL OR reference = $6)
+  AND ($7::timestamptz IS NULL OR created_at >= $7)
+  AND ($8::timestamptz IS NULL OR created_at < $8)
+  AND ($9::bigint IS NULL OR id < $9)
+ORDER BY id DESC
+LIMIT $10`
+
+// listUnfinishedSQL is listIntentsSQL for a filter that names only states
+// an intent is in before it finishes: the partial index on unfinished
+// intents serves it, so an in_doubt list costs what is unfinished, not
+// what is retained.
+var listUnfinishedSQL = strings.Replace(listIntentsSQL, "WHERE ", "WHERE finished_at IS NULL\n  AND ", 1)
+
+// onlyUnfinished reports whether every state of a non-empty list is one an
+// intent is in before it finishes.
+func onlyUnfinished(states []string) bool {
+	for _, s := range states {
+		if intenttype.State(s).Terminal() {
+			return false
+		}
+	}
+	return len(states) > 0
+}

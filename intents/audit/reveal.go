@@ -72,3 +72,6 @@ func validateActorReason(actor, reason string, reasonRequired bool) (string, err
 	}
 	return ActorPrefix + actor, nil
 }
+
+// payloadSQL reads an intent's payload as recorded, for Reveal.
+const payloadSQL = `SELECT payload FROM outbox_intents WHERE id = $1`

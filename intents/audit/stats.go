@@ -55,3 +55,27 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	st.InDoubt = st.ByState[intenttype.StateInDoubt]
 	return st, nil
 }
+
+// countByKindStateSQL counts intents by kind and state: the finished ones
+// from the counts internal/intentstore keeps (migration 007), the others
+// live through the index on unfinished intents. Its cost grows with the
+// unfinished intents and the kinds, not with the retained history.
+const countByKindStateSQL = `
+SELECT kind, state, sum(n)::bigint
+FROM outbox_intent_counts
+GROUP BY kind, state
+HAVING sum(n) <> 0
+UNION ALL
+SELECT kind, state, count(*)
+FROM outbox_intents
+WHERE finished_at IS NULL
+GROUP BY kind, state`
+
+// oldestPendingAgeSQL measures by the database's clock, in microseconds,
+// the age of the oldest intent in one of the states $1 (pending or
+// dispatching: a waiting intent waits for others, not for the dispatcher);
+// NULL when there is none.
+const oldestPendingAgeSQL = `
+SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
+FROM outbox_intents
+WHERE finished_at IS NULL AND state = ANY($1)`

@@ -95,3 +95,91 @@ func (s *Store) PruneActivity(ctx context.Context, olderThan time.Duration, limi
 	tag, err := s.pool.Exec(ctx, pruneActivitySQL, pgx.NamedArgs{"older_than_us": olderThan.Microseconds(), "limit": limit})
 	return tag.RowsAffected(), err
 }
+
+// activityHorizonSQL reads where the activity roll-up may go on from and
+// up to, and locks the roll-up's row (another roll-up running: no row).
+// The horizon is a time before which no transaction still running can
+// commit a finished intent: finished_at is its transaction's now(), so the
+// oldest transaction running in this database bounds it. A session of
+// another role whose start this one may not see (pg_stat_activity shows
+// it without a start unless this role has pg_read_all_stats) is assumed to
+// have started no more than a minute ago, and a prepared transaction a
+// minute before it was prepared. The rows finished before the horizon must
+// then be read by a later statement, whose snapshot is taken after this one
+// saw those transactions gone.
+const activityHorizonSQL = `
+SELECT r.rolled_until, least(
+    now(),
+    (SELECT min(a.xact_start) FROM pg_stat_activity a
+     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'),
+    (SELECT now() - interval '1 minute' FROM pg_stat_activity a
+     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.backend_type IS NULL
+     LIMIT 1),
+    (SELECT min(p.prepared) - interval '1 minute' FROM pg_prepared_xacts p
+     WHERE p.database = current_database()))
+FROM outbox_activity_rollup r
+FOR UPDATE OF r SKIP LOCKED`
+
+// activityStepSQL returns where a roll-up of at most @limit intents from
+// @from may stop: the finished_at of the intent @limit places on, or,
+// when every one of those shares @from, the next finished_at after it (the
+// intents one transaction finished share its now(), and a range must end
+// between two times). NULL when fewer than @limit intents remain.
+const activityStepSQL = `
+WITH nth AS (
+    SELECT finished_at FROM outbox_intents
+    WHERE finished_at >= @from
+    ORDER BY finished_at
+    OFFSET @limit LIMIT 1
+)
+SELECT CASE WHEN n.finished_at > @from THEN n.finished_at
+    ELSE (SELECT min(finished_at) FROM outbox_intents WHERE finished_at > @from) END
+FROM nth n`
+
+// rollUpActivitySQL adds the intents finished in [@from, @until) to the
+// minutes of their creation (recorded) and of their end (succeeded,
+// finished), moves the rolled-up range's end to @until, and returns how
+// many intents it added. The caller holds the roll-up's row lock, and
+// @from is its rolled_until.
+var rollUpActivitySQL = `
+WITH finished AS (
+    SELECT created_at, finished_at, state FROM outbox_intents
+    WHERE finished_at >= @from AND finished_at < @until
+),
+counts (minute, recorded, succeeded, finished) AS (
+    SELECT ` + activityMinute("finished_at") + `, 0, count(*) FILTER (WHERE state = 'succeeded'), count(*)
+    FROM finished GROUP BY 1
+  UNION ALL
+    SELECT ` + activityMinute("created_at") + `, count(*), 0, 0
+    FROM finished GROUP BY 1
+),
+added AS (
+    INSERT INTO outbox_activity_minutes AS m (minute, recorded, succeeded, finished)
+    SELECT minute, sum(recorded), sum(succeeded), sum(finished)
+    FROM counts
+    GROUP BY minute
+    ORDER BY minute
+    ON CONFLICT (minute) DO UPDATE
+    SET recorded = m.recorded + excluded.recorded,
+        succeeded = m.succeeded + excluded.succeeded,
+        finished = m.finished + excluded.finished
+)
+UPDATE outbox_activity_rollup SET rolled_until = @until
+RETURNING (SELECT count(*) FROM finished)`
+
+// pruneActivitySQL deletes up to @limit minutes of the activity roll-up
+// older than the audit retention, oldest first.
+const pruneActivitySQL = `
+DELETE FROM outbox_activity_minutes
+WHERE minute IN (
+    SELECT minute FROM outbox_activity_minutes
+    WHERE minute < now() - (@older_than_us::bigint * interval '1 microsecond')
+    ORDER BY minute
+    LIMIT @limit
+    FOR UPDATE SKIP LOCKED)`
+
+// activityMinute is the minute the time column falls in, the same in every
+// session's time zone.
+func activityMinute(column string) string {
+	return `date_bin('1 minute', ` + column + `, timestamptz '2000-01-01 00:00:00+00')`
+}

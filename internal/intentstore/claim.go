@@ -171,3 +171,57 @@ func (s *Store) ReleaseUnsent(ctx context.Context, id int64, claimedAt time.Time
 	}
 	return n == 1, nil
 }
+
+// claimSQL is the claim every provider call happens under: one statement,
+// so one implicit transaction and one round trip, committed before the call.
+// It moves the intent from the state and attempt count the worker saw to
+// dispatching, records which attempt holds it, fixes the key the provider is
+// sent (the first claim of a key generation derives it, and starts the key's
+// window), and opens the attempt's row. Taking over an attempt found open
+// after a crash (from dispatching) closes that attempt as ambiguous and
+// makes "may have acted" durable. No row: the intent moved meanwhile.
+const claimSQL = `
+WITH claimed AS (
+    UPDATE outbox_intents
+    SET state = 'dispatching',
+        attempt_count = attempt_count + 1,
+        claimed_attempt = attempt_count + 1,
+        provider_key = coalesce(provider_key, @provider_key),
+        key_namespace = CASE WHEN provider_key IS NULL THEN @namespace ELSE key_namespace END,
+        key_first_used_at = coalesce(key_first_used_at, @now),
+        may_have_acted = may_have_acted OR @take_over,
+        updated_at = now()
+    WHERE id = @id AND state = @from::text AND attempt_count = @seen_attempts AND key_generation = @seen_generation
+    RETURNING id, attempt_count, provider_key, coalesce(key_namespace, '') AS key_namespace, key_first_used_at
+),
+closed AS (
+    UPDATE outbox_attempts
+    SET finished_at = @now, outcome = 'ambiguous', error = @take_over_error
+    WHERE @take_over AND intent_id = @id AND outcome IS NULL AND EXISTS (SELECT 1 FROM claimed)
+),
+opened AS (
+    INSERT INTO outbox_attempts (intent_id, attempt, started_at)
+    SELECT id, attempt_count, @now FROM claimed
+)
+SELECT attempt_count, provider_key, key_namespace, key_first_used_at FROM claimed`
+
+// releaseUnsentSQL closes, as not called, the open attempt of intent @id
+// started at @claimed_at (the claim whose answer its claimer lost), and
+// moves the intent back to pending if that attempt still holds it (as a
+// retry under the same key does: no event; the attempt row and last_error
+// say why). Safe to repeat: once closed, nothing matches.
+const releaseUnsentSQL = `
+WITH closed AS (
+    UPDATE outbox_attempts
+    SET finished_at = @finished_at, outcome = 'retry', error = @error
+    WHERE intent_id = @id AND started_at = @claimed_at AND outcome IS NULL
+    RETURNING attempt
+),
+released AS (
+    UPDATE outbox_intents i
+    SET state = 'pending', claimed_attempt = NULL, last_error = @error, updated_at = now()
+    FROM closed c
+    WHERE i.id = @id AND i.state = 'dispatching' AND i.claimed_attempt = c.attempt
+    RETURNING i.id
+)
+SELECT count(*) FROM released`

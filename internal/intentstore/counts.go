@@ -57,3 +57,77 @@ func (s *Store) Recount(ctx context.Context) error {
 	}
 	return nil
 }
+
+// countSlot is the row of outbox_intent_counts a transaction adds to: its
+// backend's, so that concurrent transactions rarely share one and never
+// queue on a single hot row (migration 007).
+const countSlot = `(pg_backend_pid() % 64)::smallint`
+
+// finishedSQL is the terminal states, as an SQL list: an intent is in one
+// exactly when its finished_at is set (outbox_intents_finished_check).
+const finishedSQL = `('succeeded', 'failed', 'cancelled')`
+
+// countFinishedSQL adds the intents of @ids that this transaction moved to
+// a terminal state to the finished counts, one aggregated write per (kind,
+// state), together with the intents cancelled with them because they came
+// after one of them (queueRelease cancels them in the same transaction,
+// and so on down the dependencies). A row whose newest version
+// this transaction wrote (xmin) and that is finished now was finished by
+// this transaction: a terminal state is never left, and no statement of
+// this package writes an intent that is already terminal. So a settlement
+// whose guard failed adds nothing. It must run once per transaction for a
+// given intent, after the statements that move it and release what comes
+// after it.
+//
+// Finished is tested as a terminal state (finishedSQL), not as
+// finished_at IS NOT NULL: that predicate matches the partial index on
+// finished_at, and with statistics taken while few intents had finished
+// (a new database, a burst) the planner walks that whole index for a
+// handful of ids, milliseconds a settlement instead of microseconds.
+const countFinishedSQL = `
+WITH RECURSIVE finished (id, kind, state) AS (
+    SELECT i.id, i.kind, i.state FROM outbox_intents i
+    WHERE i.id = ANY(@ids::bigint[]) AND i.state IN ` + finishedSQL + ` AND i.xmin = pg_current_xact_id()::xid
+  UNION
+    SELECT i.id, i.kind, i.state
+    FROM finished f
+    JOIN outbox_intent_dependencies d ON d.after_id = f.id
+    JOIN outbox_intents i ON i.id = d.intent_id
+    WHERE i.state IN ` + finishedSQL + ` AND i.xmin = pg_current_xact_id()::xid
+)
+INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
+SELECT kind, state, ` + countSlot + `, count(*)
+FROM finished
+GROUP BY kind, state
+ORDER BY kind, state
+ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`
+
+// countRecordedFinishedSQL adds to the finished counts the intents of
+// @keys this transaction recorded already finished: cancelled at once
+// because an intent they come after had failed or been cancelled
+// (recordPlan).
+const countRecordedFinishedSQL = `
+INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
+SELECT kind, state, ` + countSlot + `, count(*)
+FROM outbox_intents
+WHERE idempotency_key = ANY(@keys::text[]) AND state IN ` + finishedSQL + ` AND xmin = pg_current_xact_id()::xid
+GROUP BY kind, state
+ORDER BY kind, state
+ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`
+
+// recountSQL rebuilds the finished counts from the intents themselves, and
+// empties the activity roll-up; the caller holds a lock that keeps intents
+// from finishing meanwhile.
+var recountSQL = []string{
+	`LOCK TABLE outbox_intents IN SHARE MODE`,
+	`DELETE FROM outbox_intent_counts`,
+	`INSERT INTO outbox_intent_counts (kind, state, slot, n)
+SELECT kind, state, 0, count(*)
+FROM outbox_intents
+WHERE finished_at IS NOT NULL
+GROUP BY kind, state`,
+	// The activity roll-up starts afresh: the intents written another way
+	// may have finished inside its range, and are read live from now on.
+	`DELETE FROM outbox_activity_minutes`,
+	`UPDATE outbox_activity_rollup SET rolled_from = now(), rolled_until = now()`,
+}

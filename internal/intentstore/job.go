@@ -147,3 +147,38 @@ func (l *notifyLimiter) due() bool {
 	l.last = now
 	return true
 }
+
+// insertJobsCTE inserts a River dispatch job for every row of the CTE
+// "inserted" (column id): the intents to dispatch now; see
+// insertIntentsSQL.
+const insertJobsCTE = `jobs AS (
+    INSERT INTO river_job (args, kind, queue, priority, max_attempts, state, metadata, tags, unique_key, unique_states)
+    SELECT jsonb_build_object('intent_id', id), @job_kind::text, @job_queue::text, @job_priority::smallint, @job_max_attempts::smallint,
+        'available', '{}'::jsonb, '{}'::varchar(255)[],
+        sha256(convert_to('&kind=' || @job_kind::text || '&args={"intent_id":' || id::text || '}', 'UTF8')),
+        nullif(@job_unique_states::integer, 0)::bit(8)
+    FROM inserted
+    ORDER BY id
+    ON CONFLICT (unique_key)
+        WHERE unique_key IS NOT NULL
+            AND unique_states IS NOT NULL
+            AND river_job_state_in_bitmask(unique_states, state)
+        DO NOTHING
+)`
+
+// enqueueSQL inserts dispatch jobs for existing intents that are pending or
+// dispatching (the sweep, an operator's resend, a proven absence), skipping
+// any intent that has a live job.
+const enqueueSQL = `
+WITH inserted AS (
+    SELECT id FROM outbox_intents
+    WHERE id = ANY(@ids::bigint[]) AND state IN ('pending', 'dispatching')
+),
+` + insertJobsCTE + `
+SELECT count(*) FROM inserted`
+
+// notifySQL wakes dispatchers listening for new jobs on the dispatch queue,
+// as River's own insert does: the channel is River's insert topic in the
+// current schema and the payload names the queue. Sent inside a transaction,
+// it is delivered when (and only if) it commits.
+const notifySQL = `SELECT pg_notify(current_schema() || '.river_insert', @notice)`

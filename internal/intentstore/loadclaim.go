@@ -197,3 +197,51 @@ func queueLoadClaim(b *pgx.Batch, req loadClaimReq) *loadClaimResult {
 	})
 	return res
 }
+
+// loadClaimSQL reads an intent (the columns of loadSQL, as they were before
+// this statement) and, when ClaimRules say the dispatcher would attempt it
+// without a second look, claims it from pending as claimSQL does: the
+// claim's columns are NULL when it did not. The rules: pending, no attempt
+// that may have acted, attempts left in the budget (@max_attempts, or the
+// kind's), a provider served here (@providers), and a provider key already
+// fixed or derived whole within the provider's limit (@max_key_lengths):
+// "namespace.generation/key", as intenttype.ProviderKey derives it when it
+// fits. The guard is re-checked on the row as it is when the update runs,
+// so of two jobs for one intent only one claims it.
+const loadClaimSQL = `
+WITH rules AS (
+    SELECT i.id,
+        coalesce(k.max_attempts, @max_attempts::integer) AS max_attempts,
+        p.max_key_length,
+        @namespace::text || '.' || i.key_generation::text || '/' || i.idempotency_key AS derived_key
+    FROM outbox_intents i
+    JOIN unnest(@providers::text[], @max_key_lengths::integer[]) AS p(name, max_key_length) ON p.name = i.provider
+    LEFT JOIN unnest(@kinds::text[], @kind_max_attempts::integer[]) AS k(kind, max_attempts) ON k.kind = i.kind
+    WHERE i.id = @id
+),
+claimed AS (
+    UPDATE outbox_intents i
+    SET state = 'dispatching',
+        attempt_count = i.attempt_count + 1,
+        claimed_attempt = i.attempt_count + 1,
+        provider_key = coalesce(i.provider_key, r.derived_key),
+        key_namespace = CASE WHEN i.provider_key IS NULL THEN @namespace::text ELSE i.key_namespace END,
+        key_first_used_at = coalesce(i.key_first_used_at, @now),
+        updated_at = now()
+    FROM rules r
+    WHERE i.id = r.id
+      AND i.state = 'pending'
+      AND NOT i.may_have_acted
+      AND i.attempt_count - i.budget_from < r.max_attempts
+      AND (i.provider_key IS NOT NULL OR octet_length(r.derived_key) <= r.max_key_length)
+    RETURNING i.attempt_count AS claim_attempt, i.provider_key AS claim_key,
+        coalesce(i.key_namespace, '') AS claim_namespace, i.key_first_used_at AS claim_first_used
+),
+opened AS (
+    INSERT INTO outbox_attempts (intent_id, attempt, started_at)
+    SELECT @id, claim_attempt, @now FROM claimed
+)
+SELECT ` + intentColumns + `, c.claim_attempt, c.claim_key, c.claim_namespace, c.claim_first_used
+FROM outbox_intents
+LEFT JOIN claimed c ON true
+WHERE outbox_intents.id = @id`

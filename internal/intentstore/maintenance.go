@@ -97,3 +97,101 @@ func (s *Store) jobArgs(args pgx.NamedArgs) pgx.NamedArgs {
 	args["job_unique_states"] = s.job.uniqueStates
 	return args
 }
+
+// strandedSQL finds unfinished intents with no live dispatch job. River's
+// GIN index on river_job.args serves the containment test.
+const strandedSQL = `
+SELECT i.id
+FROM outbox_intents i
+WHERE i.finished_at IS NULL AND i.state IN ('pending', 'dispatching')
+  AND i.updated_at < now() - (@grace_us::bigint * interval '1 microsecond')
+  AND NOT EXISTS (
+      SELECT 1 FROM river_job j
+      WHERE j.kind = @job_kind
+        AND j.args @> jsonb_build_object('intent_id', i.id)
+        AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+  )
+ORDER BY i.id
+LIMIT @limit`
+
+// dueRechecksSQL finds in_doubt intents of the given providers whose next
+// look-up at the provider is due, among the unfinished ones
+// (outbox_intents_unfinished_idx). Only the providers the caller serves:
+// the due look-ups of another's would fill every batch and starve the rest.
+const dueRechecksSQL = `
+SELECT ` + intentColumns + `
+FROM outbox_intents
+WHERE finished_at IS NULL AND recheck_at <= @now AND state = 'in_doubt'
+  AND provider = ANY(@providers::text[])
+ORDER BY recheck_at
+LIMIT @limit`
+
+// pruneMarkersSQL deletes up to @limit processed markers older than the
+// dedup window, oldest first, skipping rows another transaction holds.
+const pruneMarkersSQL = `
+WITH doomed AS (
+    SELECT consumer, message_id FROM outbox_processed_messages
+    WHERE processed_at < now() - (@older_than_us::bigint * interval '1 microsecond')
+    ORDER BY processed_at
+    LIMIT @limit
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_processed_messages p
+USING doomed d
+WHERE p.consumer = d.consumer AND p.message_id = d.message_id`
+
+// pruneIntentsSQL deletes up to @limit terminal intents that finished before
+// the audit retention, oldest first; their attempts and events go with them
+// (ON DELETE CASCADE). in_doubt and unfinished intents have no finished_at
+// and are never touched. The finished counts lose what it deletes, in the
+// same statement. It returns how many it deleted.
+const pruneIntentsSQL = `
+WITH doomed AS (
+    SELECT id FROM outbox_intents
+    WHERE finished_at < now() - (@older_than_us::bigint * interval '1 microsecond')
+    ORDER BY finished_at
+    LIMIT @limit
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM outbox_intents i
+    USING doomed d
+    WHERE i.id = d.id
+    RETURNING i.kind, i.state
+),
+counted AS (
+    INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
+    SELECT kind, state, ` + countSlot + `, -count(*)
+    FROM deleted
+    GROUP BY kind, state
+    ORDER BY kind, state
+    ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n
+)
+SELECT count(*) FROM deleted`
+
+// lockIdleOrderingKeysSQL locks up to @limit ordering keys that no
+// unfinished intent holds, skipping keys a recorder or a release holds
+// now. deleteIdleOrderingKeysSQL then deletes those still idle, in the
+// same transaction but under a new snapshot: a recorder that took a key
+// after this statement's snapshot and committed before its lock is seen
+// there, and one that comes after the lock waits for the delete and
+// starts the key afresh. Numbering a key afresh is safe: key_seq is only
+// ever compared between unfinished intents of a key, and an idle key has
+// none.
+const lockIdleOrderingKeysSQL = `
+SELECT o.ordering_key
+FROM outbox_ordering_keys o
+WHERE NOT EXISTS (
+    SELECT 1 FROM outbox_intents i
+    WHERE i.ordering_key = o.ordering_key AND i.finished_at IS NULL)
+ORDER BY o.ordering_key
+LIMIT @limit
+FOR UPDATE SKIP LOCKED`
+
+// deleteIdleOrderingKeysSQL: see lockIdleOrderingKeysSQL.
+const deleteIdleOrderingKeysSQL = `
+DELETE FROM outbox_ordering_keys o
+WHERE o.ordering_key = ANY(@keys::text[])
+  AND NOT EXISTS (
+    SELECT 1 FROM outbox_intents i
+    WHERE i.ordering_key = o.ordering_key AND i.finished_at IS NULL)`

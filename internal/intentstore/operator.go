@@ -215,3 +215,56 @@ func (s *Store) RecordReveal(ctx context.Context, id int64, actor, reason string
 	}
 	return state, err
 }
+
+// lockForOperatorSQL takes the row lock an operator action holds until
+// commit, so concurrent actions and the dispatcher's claims and settlements
+// serialise with it.
+const lockForOperatorSQL = `
+SELECT state, may_have_acted, key_generation, attempt_count
+FROM outbox_intents
+WHERE id = @id
+FOR UPDATE`
+
+// actionAppliedSQL tells whether an action's event is already there. A
+// statement of its own, run once the row lock is held: its snapshot then
+// shows the event a concurrent run of the same action committed while this
+// one waited for the lock (the lock's own statement would not, under READ
+// COMMITTED).
+const actionAppliedSQL = `
+SELECT EXISTS (SELECT 1 FROM outbox_events WHERE intent_id = @id AND action_id = @action_id)`
+
+// resendSQL is an operator's resend of an in_doubt intent: back to pending
+// under a new key generation (the operator checked the effect did not
+// happen, and the old key would replay its saved answer), with a fresh
+// attempt budget.
+const resendSQL = `
+UPDATE outbox_intents
+SET state = 'pending', key_generation = key_generation + 1, provider_key = NULL, key_namespace = NULL,
+    key_first_used_at = NULL, may_have_acted = false, budget_from = attempt_count,
+    recheck_at = NULL, recheck_count = 0, updated_at = now()
+WHERE id = @id`
+
+// finishSQL settles an intent as an operator decided: cancelled, succeeded
+// or failed.
+const finishSQL = `
+UPDATE outbox_intents
+SET state = @to::text, recheck_at = NULL, updated_at = now(), finished_at = now(),
+    provider_ref = coalesce(@provider_ref::text, provider_ref)
+WHERE id = @id`
+
+const insertEventSQL = `
+INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason, action_id)
+VALUES (@id, @actor, @from::text, @to::text, @reason, @action_id)`
+
+// insertRevealEventSQL records that an operator was shown an intent's
+// payload: an event from the intent's state to the same state. FOR SHARE
+// keeps the state from changing until the event is written, so the event
+// names the state the intent was in.
+const insertRevealEventSQL = `
+WITH current AS (
+    SELECT id, state FROM outbox_intents WHERE id = @id FOR SHARE
+)
+INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
+SELECT id, @actor, state, state, @reason
+FROM current
+RETURNING to_state`

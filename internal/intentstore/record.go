@@ -238,3 +238,95 @@ func MapInsertError(err error) error {
 	}
 	return fmt.Errorf("intentstore: insert: %w", err)
 }
+
+// insertMarkerSQL is the idempotent consumer. ON CONFLICT DO NOTHING makes a
+// concurrent duplicate wait on the unique index until the first transaction
+// ends, then return no row instead of failing: the transaction stays usable
+// and the caller learns it is a duplicate.
+const insertMarkerSQL = `
+INSERT INTO outbox_processed_messages (consumer, message_id)
+VALUES (@consumer, @message_id)
+ON CONFLICT (consumer, message_id) DO NOTHING`
+
+// insertMarkersSQL is insertMarkerSQL for a batch: it returns the markers it
+// inserted, so the caller learns which messages are new. Rows are inserted
+// in (consumer, message_id) order, so two batches that share messages wait
+// on each other's markers in the same order and cannot deadlock.
+const insertMarkersSQL = `
+INSERT INTO outbox_processed_messages (consumer, message_id)
+SELECT consumer, message_id
+FROM unnest(@consumers::text[], @message_ids::text[]) AS t(consumer, message_id)
+ORDER BY consumer, message_id
+ON CONFLICT (consumer, message_id) DO NOTHING
+RETURNING consumer, message_id`
+
+// insertIntentsSQL stores intents, their "recorded" events and their River
+// dispatch jobs in one statement, returning each stored intent's id with its
+// key, in id order (the caller checks the keys against its input, and
+// puts them back in input order by key should they differ). consumer,
+// message_id, the trace context and the event's actor are per row, so one
+// statement serves a whole batch of messages. It neither numbers nor sorts
+// its input, and the only join is the events' hash join to their actors:
+// numbering, sorting and joining the input back for the output was, for a
+// batch of a hundred intents, most of what the statement cost beyond the
+// rows themselves.
+//
+// The river_job rows are exactly what River's InsertManyTx writes for
+// DispatchArgs (see dispatchJob and TestDispatchJobsMatchRiver): args
+// {"intent_id":N}; kind, queue, priority, max_attempts and the unique-states
+// bitmask from DispatchArgs.InsertOpts; metadata and tags empty; created_at
+// and scheduled_at the database's now(); state available; and unique_key
+// River's ByArgs key, the SHA-256 of "&kind=<kind>&args=<args with sorted
+// keys, compact>". So River's unique index sees these jobs as River's own:
+// the sweep's insert of the same intent is skipped as a duplicate while this
+// job is live. The conflict clause is River's; a fresh intent id cannot
+// conflict, it is there so that a conflict would be skipped as River skips
+// it, never fail the message.
+const insertIntentsSQL = `
+WITH input AS (
+    SELECT *
+    FROM unnest(@keys::text[], @kinds::text[], @providers::text[], @names::text[], @payloads::jsonb[],
+                @references::text[], @consumers::text[], @message_ids::text[], @actors::text[],
+                @trace_parents::text[], @trace_states::text[])
+        AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, actor,
+             trace_parent, trace_state)
+),
+stored AS (
+    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
+                                trace_parent, trace_state)
+    SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state
+    FROM input
+    RETURNING id, idempotency_key
+),
+inserted AS (
+    SELECT stored.id, input.actor
+    FROM stored
+    JOIN input USING (idempotency_key)
+),
+events AS (
+    INSERT INTO outbox_events (intent_id, actor, to_state, reason)
+    SELECT id, actor, 'pending', 'recorded'
+    FROM inserted
+),
+` + insertJobsCTE + `
+SELECT id, idempotency_key FROM stored ORDER BY id`
+
+// insertIntentSQL is insertIntentsSQL for the common case of one intent,
+// with plain parameters instead of arrays: less work for both sides.
+const insertIntentSQL = `
+WITH stored AS (
+    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
+                                trace_parent, trace_state)
+    VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id, @trace_parent, @trace_state)
+    RETURNING id
+),
+inserted AS (
+    SELECT id FROM stored
+),
+events AS (
+    INSERT INTO outbox_events (intent_id, actor, to_state, reason)
+    SELECT id, @actor, 'pending', 'recorded'
+    FROM inserted
+),
+` + insertJobsCTE + `
+SELECT id FROM stored`

@@ -8,6 +8,11 @@
 // (package audit) call it; none of them writes those tables itself. It
 // plays the part River's riverdriver plays for river_job.
 //
+// Each statement is beside the Go that queues it (the tables are created
+// by migrations/001 to 011). Parameters are named (pgx.NamedArgs); the
+// statements run for every intent are rewritten into positional form once
+// (named.go).
+//
 // The guards it keeps (DESIGN.md, "Invariants at the edges"):
 //
 //   - every provider call happens under a claim (Claim): a conditional
@@ -193,3 +198,13 @@ func (s *Store) retryTransient(ctx context.Context, fn func(context.Context) err
 		return err
 	})
 }
+
+const namespaceSQL = `SELECT namespace FROM outbox_namespace`
+
+// intentColumns is what loadSQL reads, in the order scanRow reads.
+const intentColumns = `id, idempotency_key, kind, provider, payload, state, attempt_count, budget_from,
+    may_have_acted, claimed_attempt, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
+    key_first_used_at, recheck_count, created_at, coalesce(trace_parent, ''), coalesce(trace_state, ''),
+    (SELECT max(a.started_at) FROM outbox_attempts a WHERE a.intent_id = outbox_intents.id)`
+
+const loadSQL = `SELECT ` + intentColumns + ` FROM outbox_intents WHERE id = @id`

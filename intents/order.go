@@ -303,7 +303,7 @@ func (r *orderResolver) refuseCycle() error {
 		Reason: "the intents would wait for each other forever: " + strings.Join(names, " after "), Err: ErrOrderCycle})
 }
 
-// lockExternal share-locks the stored predecessors named, until the
+// lockExternal locks and marks the stored predecessors named, until the
 // transaction ends (the state each is found in decides the new intents'
 // own: intentstore.Predecessor), and refuses a key no intent has.
 func (r *orderResolver) lockExternal(ctx context.Context, tx pgx.Tx) error {

@@ -272,3 +272,35 @@ func TestConcurrentSettlementsShareTransactions(t *testing.T) {
 		t.Fatalf("groups of %v, want the first alone and then the %d that waited for it together", sizes, n-1)
 	}
 }
+
+// A settlement decided before an intent was recorded after its intent
+// skips the release; its guard then fails on the recorder's mark, and the
+// group runs it again with the release: the outcome lands, and what now
+// waits for the intent is released.
+func TestSettleGroupReleasesWhatWasRecordedAfterTheDecision(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	store, rows := claimedIntents(t, pool, 2)
+	var after InsertBatch
+	after.Add(NewIntent{Key: "refund", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
+		Order: &Order{After: []OrderAfter{{Key: rows[0].Key}}}})
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &after) }); err != nil {
+		t.Fatal(err)
+	}
+	calls := group(store, succeeded(rows[0]), succeeded(rows[1])) // rows as loaded before the refund
+	for _, cl := range calls {
+		if cl.err != nil || !cl.res.Applied || cl.res.State != intenttype.StateSucceeded {
+			t.Fatalf("settlement of intent %d = %+v, %v; want applied, succeeded", cl.req.Row.ID, cl.res, cl.err)
+		}
+	}
+	var state string
+	var jobs int
+	if err := pool.QueryRow(ctx, `SELECT state, (SELECT count(*) FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id))
+		FROM outbox_intents i WHERE id = $1`, after.IDs[0]).Scan(&state, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if state != "pending" || jobs != 1 {
+		t.Fatalf("the intent recorded after the settled one is %s with %d jobs, want released: pending with its job", state, jobs)
+	}
+}

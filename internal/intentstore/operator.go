@@ -101,7 +101,7 @@ func (s *Store) actTx(ctx context.Context, a OperatorAction, allowed []intenttyp
 			return s.EnqueueTx(ctx, tx, []int64{a.IntentID})
 		}
 		b := &pgx.Batch{}
-		if to.Terminal() {
+		if to.Terminal() && seen.waitedFor {
 			s.queueRelease(b, []int64{a.IntentID})
 		}
 		// After the release: it counts what the release cancelled too.
@@ -121,12 +121,15 @@ type actedOn struct {
 	version      intenttype.Version
 	// applied: the action's event is there already (its identity).
 	applied bool
+	// waitedFor: it has an ordering key or intents recorded after it, read
+	// under the row lock (a recorder sets has_dependents under it too).
+	waitedFor bool
 }
 
 func lockForAction(ctx context.Context, tx pgx.Tx, a OperatorAction) (actedOn, error) {
 	var seen actedOn
 	err := tx.QueryRow(ctx, lockForOperatorSQL, pgx.NamedArgs{"id": a.IntentID}).
-		Scan(&seen.state, &seen.mayHaveActed, &seen.version.KeyGeneration, &seen.version.AttemptCount)
+		Scan(&seen.state, &seen.mayHaveActed, &seen.version.KeyGeneration, &seen.version.AttemptCount, &seen.waitedFor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return seen, fmt.Errorf("%w: no intent has id %d", intenttype.ErrNotFound, a.IntentID)
 	}
@@ -220,7 +223,7 @@ func (s *Store) RecordReveal(ctx context.Context, id int64, actor, reason string
 // commit, so concurrent actions and the dispatcher's claims and settlements
 // serialise with it.
 const lockForOperatorSQL = `
-SELECT state, may_have_acted, key_generation, attempt_count
+SELECT state, may_have_acted, key_generation, attempt_count, ordering_key IS NOT NULL OR has_dependents
 FROM outbox_intents
 WHERE id = @id
 FOR UPDATE`

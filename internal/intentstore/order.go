@@ -37,7 +37,7 @@ type OrderAfter struct {
 }
 
 // Predecessor is a stored intent that a new one comes after, read under a
-// share lock: until the recording transaction ends it cannot finish, so
+// lock: until the recording transaction ends it cannot finish, so
 // what the recorder decides from its state stays true. (A settlement that
 // would finish it waits for the recorder's commit, then sees the new
 // intent, and releases or cancels it.)
@@ -47,31 +47,38 @@ type Predecessor struct {
 	ProviderRef string
 }
 
-// LockPredecessors share-locks the stored intents of keys, in id order,
-// and returns them by key; a key not stored is absent from the map. Call
-// it in the recording transaction, before QueueInsert, for the
-// predecessors not in the batch.
+// LockPredecessors locks the stored intents of keys, in id order, marks
+// each as one that others come after (has_dependents), and returns them by
+// key, as they are once locked; a key not stored is absent from the map.
+// Call it in the recording transaction, before QueueInsert, for the
+// predecessors not in the batch. The lock is held until the transaction
+// ends: a settlement of one of them waits, then finds the mark and
+// releases or cancels the new intent (Settlement.releases). The lock is
+// exclusive (a share lock would let two recorders each wait to mark the
+// row the other share-locked), so recorders of intents that come after
+// the same predecessor take turns.
 func LockPredecessors(ctx context.Context, tx pgx.Tx, keys []string) (map[string]Predecessor, error) {
-	rows, err := tx.Query(ctx, lockPredecessorsSQL, pgx.NamedArgs{"keys": keys})
-	if err != nil {
-		return nil, fmt.Errorf("intentstore: lock predecessors: %w", err)
-	}
 	found := make(map[string]Predecessor, len(keys))
-	var (
-		key string
-		p   Predecessor
-	)
-	_, err = pgx.ForEachRow(rows, []any{&key, &p.ID, &p.State, &p.ProviderRef}, func() error {
-		found[key] = p
-		return nil
+	b := &pgx.Batch{}
+	b.Queue(lockPredecessorsSQL, pgx.NamedArgs{"keys": keys}).Query(func(rows pgx.Rows) error {
+		var (
+			key string
+			p   Predecessor
+		)
+		_, err := pgx.ForEachRow(rows, []any{&key, &p.ID, &p.State, &p.ProviderRef}, func() error {
+			found[key] = p
+			return nil
+		})
+		return err
 	})
-	if err != nil {
+	b.Queue(markPredecessorsSQL, pgx.NamedArgs{"keys": keys})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("intentstore: lock predecessors: %w", err)
 	}
 	return found, nil
 }
 
-// lockUnread share-locks, for InsertTx, the stored predecessors of ib's
+// lockUnread locks and marks, for InsertTx, the stored predecessors of ib's
 // intents that the caller did not read with LockPredecessors.
 func (ib *InsertBatch) lockUnread(ctx context.Context, tx pgx.Tx) error {
 	in := make(map[string]bool, ib.Len())
@@ -149,7 +156,7 @@ const (
 // recorded, decided in Go before the batch is sent: each one's state
 // (pending, waiting, or cancelled), what it waits for, its filled fields,
 // its number in its ordering key and its "recorded" event. It is decided
-// from the stored predecessors' states (read under their share locks) and
+// from the stored predecessors' states (read under their locks) and
 // from the batch itself, in predecessors-first order, so an intent of the
 // batch that comes after one recorded cancelled is cancelled too. Only one
 // fact is read by the statement itself: whether an intent recorded before,
@@ -170,6 +177,7 @@ type recordPlan struct {
 	reasons     []string
 	keyReasons  []string // the reason if the key's check makes it wait
 	templated   []bool   // the reasons are format() templates
+	followed    []bool   // an intent of the batch comes after it: has_dependents
 	cancelled   []string // keys recorded cancelled: finished at record, counted
 	bumpKeys    []string // the ordering keys, sorted, with how many intents each gets
 	bumpCounts  []int64
@@ -187,6 +195,7 @@ func (ib *InsertBatch) plan() *recordPlan {
 		states: make([]string, n), keyChecks: make([]bool, n), waitingFor: make([]int32, n),
 		fills: make([]string, n), orderKeys: make([]*string, n), seqBack: make([]int64, n),
 		reasons: make([]string, n), keyReasons: make([]string, n), templated: make([]bool, n),
+		followed: make([]bool, n),
 	}
 	at := make(map[string]int, n)
 	for i, k := range ib.keys {
@@ -258,6 +267,7 @@ func (p *recordPlan) readPredecessors(ib *InsertBatch, at map[string]int, i int)
 			}
 			ref = cat(lit("intent "), batchRef(j+1), lit(" ("+a.Key+")"))
 			state = intenttype.State(p.states[j])
+			p.followed[j] = true
 			p.depAfterOrd, p.depAfterIDs = append(p.depAfterOrd, int64(j+1)), append(p.depAfterIDs, nil)
 		}
 		switch state {
@@ -452,8 +462,8 @@ func (s *Store) queueInsertOrdered(b *pgx.Batch, ib *InsertBatch) {
 		"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
 		"states": p.states, "key_checks": p.keyChecks, "waiting_for": p.waitingFor, "fills": p.fills,
 		"ordering_keys": p.orderKeys, "seq_back": p.seqBack, "reasons": p.reasons, "key_reasons": p.keyReasons,
-		"templated": p.templated,
-		"dep_ords":  p.depOrds, "dep_after_ords": p.depAfterOrd, "dep_after_ids": p.depAfterIDs,
+		"templated": p.templated, "followed": p.followed,
+		"dep_ords": p.depOrds, "dep_after_ords": p.depAfterOrd, "dep_after_ids": p.depAfterIDs,
 		"dep_fills": p.depFills, "dep_done": p.depDone,
 	})).Query(ib.collectIDs)
 	if len(p.cancelled) > 0 {
@@ -490,13 +500,20 @@ func (s *Store) queueRelease(b *pgx.Batch, ids []int64) {
 // The statements of ordering, beside the Go that decides and queues them.
 
 // lockPredecessorsSQL: see LockPredecessors. In id order, as every writer
-// that locks several intents takes them.
+// that locks several intents takes them; a locking read returns each row
+// as it is once locked (a settlement that committed while it waited
+// shows), which a read after it in the same statement would not.
 const lockPredecessorsSQL = `
 SELECT idempotency_key, id, state, coalesce(provider_ref, '')
 FROM outbox_intents
 WHERE idempotency_key = ANY(@keys::text[])
 ORDER BY id
-FOR SHARE`
+FOR NO KEY UPDATE`
+
+// markPredecessorsSQL marks the predecessors lockPredecessorsSQL locked.
+const markPredecessorsSQL = `
+UPDATE outbox_intents SET has_dependents = true
+WHERE idempotency_key = ANY(@keys::text[]) AND NOT has_dependents`
 
 // bumpOrderingKeysSQL locks the rows of a batch's ordering keys (sorted:
 // recorders of several keys cannot deadlock) and reserves each key's
@@ -527,10 +544,10 @@ WITH input AS (
                 @trace_parents::text[], @trace_states::text[],
                 @states::text[], @key_checks::boolean[], @waiting_for::integer[], @fills::jsonb[],
                 @ordering_keys::text[], @seq_back::bigint[], @reasons::text[], @key_reasons::text[],
-                @templated::boolean[])
+                @templated::boolean[], @followed::boolean[])
         WITH ORDINALITY AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, actor,
              trace_parent, trace_state, state, key_check, waiting_for, fill, ordering_key, seq_back, reason,
-             key_reason, templated, ord)
+             key_reason, templated, followed, ord)
 ),
 batch AS (
     SELECT array_agg(id::text ORDER BY ord) AS ids FROM input
@@ -550,14 +567,15 @@ decided AS (
 stored AS (
     INSERT INTO outbox_intents (id, idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
                                 trace_parent, trace_state, state, waiting_for, ordering_key, key_seq,
-                                finished_at, last_error)
+                                finished_at, last_error, has_dependents)
     OVERRIDING SYSTEM VALUE
     SELECT d.id, d.idempotency_key, d.kind, d.provider, d.name,
         CASE WHEN d.fill = '{}' THEN d.payload ELSE d.payload || d.fill END,
         d.reference, d.consumer, d.message_id, d.trace_parent, d.trace_state,
         d.recorded_state, d.waiting_for, d.ordering_key, k.last_seq - d.seq_back,
         CASE WHEN d.recorded_state = 'cancelled' THEN now() END,
-        CASE WHEN d.recorded_state = 'cancelled' THEN d.recorded_reason END
+        CASE WHEN d.recorded_state = 'cancelled' THEN d.recorded_reason END,
+        d.followed
     FROM decided d
     LEFT JOIN outbox_ordering_keys k ON k.ordering_key = d.ordering_key
     ORDER BY d.ord
@@ -580,6 +598,13 @@ inserted AS (
 ),
 ` + insertJobsCTE + `
 SELECT id, idempotency_key FROM stored ORDER BY id`
+
+// The release statements run in every transaction that finishes intents,
+// most of which nothing waits for. Every row they touch is found through an
+// array of ids (id = ANY(ARRAY(...)), after_id = ANY(...)), never by a join
+// of a CTE to a table: a generic plan may make such a join a scan of the
+// table, which is milliseconds a settlement once the table is large, for
+// nothing.
 
 // cascadeSQL cancels, for the intents of @ids that are finished, each
 // waiting intent that comes after one that failed or was cancelled, or
@@ -616,8 +641,7 @@ cancel AS (
 satisfied AS (
     UPDATE outbox_intent_dependencies d
     SET satisfied = true
-    WHERE NOT d.satisfied
-      AND (d.after_id IN (SELECT id FROM finished) OR d.after_id IN (SELECT intent_id FROM cancel))
+    WHERE d.after_id = ANY(ARRAY(SELECT id FROM finished UNION SELECT intent_id FROM cancel)) AND NOT d.satisfied
     RETURNING d.intent_id, d.after_id, d.fill
 ),
 cancelled AS (
@@ -625,23 +649,24 @@ cancelled AS (
     SET state = @to::text, last_error = c.why, updated_at = now(), finished_at = now(),
         waiting_for = s.waiting_for - (SELECT count(*) FROM satisfied e WHERE e.intent_id = s.id)
     FROM cancel c
-    WHERE s.id = c.intent_id AND s.state = @from::text
+    WHERE s.id = ANY(ARRAY(SELECT intent_id FROM cancel)) AND s.id = c.intent_id AND s.state = @from::text
     RETURNING s.id, c.why
+),
+filled AS (
+    SELECT e.intent_id, count(DISTINCT e.after_id) AS n,
+        coalesce(jsonb_object_agg(fl.field, f.provider_ref) FILTER (WHERE fl.field IS NOT NULL), '{}') AS fill
+    FROM satisfied e
+    JOIN finished f ON f.id = e.after_id AND f.state = 'succeeded'
+    LEFT JOIN LATERAL jsonb_object_keys(e.fill) AS fl(field) ON true
+    WHERE e.intent_id NOT IN (SELECT intent_id FROM cancel)
+    GROUP BY e.intent_id
 ),
 counted AS (
     UPDATE outbox_intents s
     SET waiting_for = s.waiting_for - g.n,
         payload = CASE WHEN g.fill = '{}' THEN s.payload ELSE s.payload || g.fill END
-    FROM (
-        SELECT e.intent_id, count(DISTINCT e.after_id) AS n,
-            coalesce(jsonb_object_agg(fl.field, f.provider_ref) FILTER (WHERE fl.field IS NOT NULL), '{}') AS fill
-        FROM satisfied e
-        JOIN finished f ON f.id = e.after_id AND f.state = 'succeeded'
-        LEFT JOIN LATERAL jsonb_object_keys(e.fill) AS fl(field) ON true
-        WHERE e.intent_id NOT IN (SELECT intent_id FROM cancel)
-        GROUP BY e.intent_id
-    ) g
-    WHERE s.id = g.intent_id AND s.state = @from::text
+    FROM filled g
+    WHERE s.id = ANY(ARRAY(SELECT intent_id FROM filled)) AND s.id = g.intent_id AND s.state = @from::text
 ),
 events AS (
     INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
@@ -651,8 +676,8 @@ SELECT count(*) FROM cancelled`
 
 // reachedCTE is the intents a release looks at: the finished intents of
 // @ids, what comes after each, and, through those that are finished (a
-// chain just cancelled), what comes after them. Their ordering keys are
-// the keys whose next turn may have come.
+// chain just cancelled), what comes after them; and keys, the ordering
+// keys among them, whose next turn may have come.
 const reachedCTE = `reached (id) AS (
     SELECT id FROM outbox_intents WHERE id = ANY(@ids::bigint[]) AND state IN ` + finishedSQL + `
   UNION
@@ -660,6 +685,10 @@ const reachedCTE = `reached (id) AS (
     FROM reached r
     JOIN outbox_intents i ON i.id = r.id AND i.state IN ` + finishedSQL + `
     JOIN outbox_intent_dependencies d ON d.after_id = r.id
+),
+keys AS (
+    SELECT DISTINCT ordering_key FROM outbox_intents
+    WHERE id = ANY(ARRAY(SELECT id FROM reached)) AND ordering_key IS NOT NULL
 )`
 
 // lockReleasedKeysSQL locks the rows of the ordering keys of the reached
@@ -668,7 +697,7 @@ const reachedCTE = `reached (id) AS (
 const lockReleasedKeysSQL = `
 WITH RECURSIVE ` + reachedCTE + `
 SELECT 1 FROM outbox_ordering_keys
-WHERE ordering_key IN (SELECT i.ordering_key FROM outbox_intents i JOIN reached r ON r.id = i.id)
+WHERE ordering_key = ANY(ARRAY(SELECT ordering_key FROM keys))
 ORDER BY ordering_key
 FOR UPDATE`
 
@@ -681,8 +710,7 @@ const releaseSQL = `
 WITH RECURSIVE ` + reachedCTE + `,
 turns AS (
     SELECT h.id, format(@why_turn::text, k.ordering_key) AS why, 2 AS rank
-    FROM (SELECT DISTINCT i.ordering_key FROM outbox_intents i JOIN reached r ON r.id = i.id
-          WHERE i.ordering_key IS NOT NULL) k
+    FROM keys k
     CROSS JOIN LATERAL (
         SELECT id FROM outbox_intents
         WHERE ordering_key = k.ordering_key AND finished_at IS NULL
@@ -703,7 +731,8 @@ released AS (
     UPDATE outbox_intents me
     SET state = @to::text, updated_at = now()
     FROM candidates c
-    WHERE me.id = c.id AND me.state = @from::text AND me.waiting_for = 0
+    WHERE me.id = ANY(ARRAY(SELECT id FROM candidates)) AND me.id = c.id
+      AND me.state = @from::text AND me.waiting_for = 0
       AND (me.ordering_key IS NULL OR NOT EXISTS (
           SELECT 1 FROM outbox_intents o
           WHERE o.ordering_key = me.ordering_key AND o.key_seq < me.key_seq AND o.finished_at IS NULL))

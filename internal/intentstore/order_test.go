@@ -268,20 +268,30 @@ func TestOrderedIntentsGetOneEventAndAJobOnlyWhenTheyGo(t *testing.T) {
 
 // A settlement that finishes the intent a recorder is ordering a new one
 // behind, while the recorder's transaction is open, waits for it (on the
-// ordering key's row, or on the predecessor's row the recorder share-locked)
+// ordering key's row, or on the predecessor's row the recorder locked)
 // and then releases the new intent: the recorder saw the predecessor
 // unfinished and made it wait, so the settlement must see it, or it would
 // wait forever.
 func TestAReleaseSeesWhatWasRecordedBehindItWhileItSettled(t *testing.T) {
 	t.Parallel()
+	after := func(first string) *intentstore.Order {
+		return &intentstore.Order{After: []intentstore.OrderAfter{{Key: first}}}
+	}
 	for _, tc := range []struct {
 		name  string
+		first *intentstore.Order
 		order func(first string) *intentstore.Order
+		// earlier records, and commits, an intent after the first before
+		// the settlement is decided.
+		earlier bool
 	}{
-		{"ordering key", func(string) *intentstore.Order { return &intentstore.Order{OrderingKey: "K"} }},
-		{"after", func(first string) *intentstore.Order {
-			return &intentstore.Order{After: []intentstore.OrderAfter{{Key: first}}}
-		}},
+		{"ordering key", &intentstore.Order{OrderingKey: "K"}, func(string) *intentstore.Order { return &intentstore.Order{OrderingKey: "K"} }, false},
+		// Nothing waited for the first when its settlement was decided:
+		// the recorder's mark on its row is what makes it release.
+		{"after", nil, after, false},
+		// Marked already: the recorder's lock is what makes the
+		// settlement wait, and see the second.
+		{"after, a second", nil, after, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -289,9 +299,17 @@ func TestAReleaseSeesWhatWasRecordedBehindItWhileItSettled(t *testing.T) {
 			pool, store := newStore(t)
 			var first intentstore.InsertBatch
 			first.Add(intentstore.NewIntent{Key: "first", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
-				Order: &intentstore.Order{OrderingKey: "K"}})
+				Order: tc.first})
 			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &first) }); err != nil {
 				t.Fatal(err)
+			}
+			if tc.earlier {
+				var earlier intentstore.InsertBatch
+				earlier.Add(intentstore.NewIntent{Key: "earlier", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
+					Order: tc.order("first")})
+				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &earlier) }); err != nil {
+					t.Fatal(err)
+				}
 			}
 			row, err := store.Load(ctx, first.IDs[0])
 			if err != nil {

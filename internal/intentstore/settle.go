@@ -64,6 +64,9 @@ type Settled struct {
 	Applied bool
 	// State is the intent's state after the settlement.
 	State intenttype.State
+	// dependentsAppeared: the intent has dependents; with Applied false and
+	// a settlement that skipped the release, it is run again with it.
+	dependentsAppeared bool
 }
 
 // Settle records a settlement in one transaction: the attempt's outcome,
@@ -110,20 +113,22 @@ func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settl
 				b := &pgx.Batch{}
 				results := make([]*settleResult, len(sorted))
 				ids := make([]int64, 0, len(sorted))
-				var finishing []int64
+				var releasing []int64
+				finishes := false
 				for i, cl := range sorted {
 					results[i] = s.queueSettlement(b, cl.req)
 					ids = append(ids, cl.req.Row.ID)
-					if cl.req.To.Terminal() {
-						finishing = append(finishing, cl.req.Row.ID)
+					finishes = finishes || cl.req.To.Terminal()
+					if cl.req.releases() {
+						releasing = append(releasing, cl.req.Row.ID)
 					}
 				}
-				if len(finishing) > 0 {
-					// After every state is final (a guarded update, or the
-					// adoption of a late success): what waits for the
-					// intents is released or cancelled, for the whole group
-					// at once; then one aggregated count, after the release.
-					s.queueRelease(b, finishing)
+				// After every state is final (a guarded update, or the
+				// adoption of a late success): what waits for the intents
+				// is released or cancelled, for the whole group at once;
+				// then one aggregated count, after the release.
+				s.queueRelease(b, releasing)
+				if finishes {
 					queueCount(b, ids)
 				}
 				if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -136,6 +141,22 @@ func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settl
 				return nil
 			})
 		})
+	s.settleAgainWithRelease(ctx, group)
+}
+
+// settleAgainWithRelease runs again, alone and with the release, each
+// settlement of group whose guard failed only because an intent was
+// recorded after its intent since the decision (Settlement.releases): the
+// outcome must not be lost for it, nor what now waits for the intent.
+func (s *Store) settleAgainWithRelease(ctx context.Context, group []*call[Settlement, Settled]) {
+	for _, cl := range group {
+		if cl.err != nil || cl.res.Applied || !cl.res.dependentsAppeared || !cl.req.releaseSkipped() {
+			continue
+		}
+		st := cl.req
+		st.Row.HasDependents = true
+		cl.res, cl.err = s.settleAlone(ctx, st)
+	}
 }
 
 // settleAlone commits one settlement in a transaction of its own, retried
@@ -145,7 +166,7 @@ func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error)
 	err := s.retryTransient(ctx, func(ctx context.Context) error {
 		b := &pgx.Batch{}
 		res := s.queueSettlement(b, st)
-		if st.To.Terminal() {
+		if st.releases() {
 			s.queueRelease(b, []int64{st.Row.ID})
 		}
 		queueCountFinished(b, st.To, st.Row.ID)
@@ -158,18 +179,41 @@ func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error)
 	if err != nil {
 		return Settled{}, fmt.Errorf("intentstore: settle intent %d: %w", st.Row.ID, err)
 	}
+	if !out.Applied && out.dependentsAppeared && st.releaseSkipped() {
+		st.Row.HasDependents = true
+		out, err = s.settleAlone(ctx, st)
+		out.dependentsAppeared = false // run with the release: settled as it could be
+		return out, err
+	}
 	return out, nil
 }
+
+// releases says whether the settlement may finish an intent that others
+// wait for (an ordering key, or intents recorded after it), so that its
+// transaction must release or cancel them (queueRelease). Most intents
+// have neither: their settlements run no release statement. A recorder
+// that adds a dependent meanwhile sets has_dependents under the row's
+// lock, and a settlement that skipped the release then fails its guard
+// (settleSQL) and is run again with it (settleAgainWithRelease).
+func (st Settlement) releases() bool {
+	return st.To.Terminal() && (st.Row.OrderingKey != "" || st.Row.HasDependents)
+}
+
+// releaseSkipped: the settlement finishes an intent without the release,
+// as releases decided; its guard then requires that no intent was
+// recorded after it meanwhile.
+func (st Settlement) releaseSkipped() bool { return st.To.Terminal() && !st.releases() }
 
 // settleResult receives what one settlement's statements return, once the
 // batch they were queued in has run.
 type settleResult struct {
 	updated, adopted int
 	state            intenttype.State
+	hasDependents    bool
 }
 
 func (r *settleResult) settled() Settled {
-	return Settled{Applied: r.updated == 1 || r.adopted == 1, State: r.state}
+	return Settled{Applied: r.updated == 1 || r.adopted == 1, State: r.state, dependentsAppeared: r.hasDependents}
 }
 
 // queueSettlement queues the statements of one settlement into b, which is
@@ -194,6 +238,7 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		// outcome, learnt late, replaces that guess, so the attempt row
 		// agrees with the intent that adopts it.
 		"take_over_prefix": TakeOverPrefix,
+		"release_skipped":  st.releaseSkipped(),
 	}
 	if o := st.Outcome; o != nil && st.Attempt > 0 {
 		args["close_attempt"], args["finished_at"], args["outcome"] = true, o.Finished, o.Outcome
@@ -213,11 +258,11 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 	}
 	settledQ.queue(b, pgx.NamedArgs{
 		"id": id, "adopt": adopt, "seen_generation": st.Row.KeyGeneration, "provider_ref": nullString(st.ProviderRef),
-		"reason": adoptReason, "job_id": st.JobID,
+		"reason": adoptReason, "job_id": st.JobID, "release_skipped": st.releaseSkipped(),
 	}).QueryRow(func(row pgx.Row) error {
 		// No state: the intent is gone (retention pruned it meanwhile).
 		var state *string
-		err := row.Scan(&res.adopted, &state)
+		err := row.Scan(&res.adopted, &state, &res.hasDependents)
 		if state != nil {
 			res.state = intenttype.State(*state)
 		}
@@ -277,6 +322,7 @@ updated AS (
       AND state = @from::text
       AND CASE WHEN @from::text = 'dispatching' THEN claimed_attempt = @attempt
                ELSE attempt_count = @seen_attempts AND key_generation = @seen_generation END
+      AND NOT (@release_skipped AND has_dependents)
     RETURNING id
 ),
 event AS (
@@ -315,6 +361,7 @@ WITH adopted AS (
     SET state = 'succeeded', provider_ref = coalesce(@provider_ref, provider_ref), last_error = NULL,
         recheck_at = NULL, updated_at = now(), finished_at = now()
     WHERE @adopt AND id = @id AND state = 'in_doubt' AND key_generation = @seen_generation
+      AND NOT (@release_skipped AND has_dependents)
     RETURNING id, state
 ),
 adopted_event AS (
@@ -328,4 +375,5 @@ done AS (
     DELETE FROM river_job
     WHERE id = @job_id AND state::text = 'running' AND (SELECT state FROM after) NOT IN ('pending', 'dispatching')
 )
-SELECT (SELECT count(*) FROM adopted), (SELECT state FROM after)`
+SELECT (SELECT count(*) FROM adopted), (SELECT state FROM after),
+    coalesce((SELECT has_dependents FROM outbox_intents WHERE id = @id), false)`

@@ -138,6 +138,12 @@ type Row struct {
 	TraceState  string
 	// LastAttemptAt is when the latest attempt was claimed; zero if none.
 	LastAttemptAt time.Time
+	// OrderingKey is the stream it was recorded in; empty: none.
+	OrderingKey string
+	// HasDependents says an intent was recorded after it (migration 012).
+	// Together with OrderingKey it says whether finishing it must release
+	// or cancel what waits (Settlement.releases).
+	HasDependents bool
 }
 
 // AttemptsUsed is how many attempts the current budget has used.
@@ -155,7 +161,7 @@ func scanRowWith(row pgx.Row, more ...any) (Row, error) {
 	var firstUsed, lastAttempt *time.Time
 	err := row.Scan(append([]any{&r.ID, &r.Key, &r.Kind, &r.Provider, &r.Payload, &r.State, &r.AttemptCount, &r.BudgetFrom,
 		&r.MayHaveActed, &claimed, &r.ProviderKey, &r.Namespace, &r.KeyGeneration, &firstUsed, &r.RecheckCount, &r.CreatedAt,
-		&r.TraceParent, &r.TraceState, &lastAttempt}, more...)...)
+		&r.TraceParent, &r.TraceState, &lastAttempt, &r.OrderingKey, &r.HasDependents}, more...)...)
 	if lastAttempt != nil {
 		r.LastAttemptAt = *lastAttempt
 	}
@@ -205,6 +211,7 @@ const namespaceSQL = `SELECT namespace FROM outbox_namespace`
 const intentColumns = `id, idempotency_key, kind, provider, payload, state, attempt_count, budget_from,
     may_have_acted, claimed_attempt, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
     key_first_used_at, recheck_count, created_at, coalesce(trace_parent, ''), coalesce(trace_state, ''),
-    (SELECT max(a.started_at) FROM outbox_attempts a WHERE a.intent_id = outbox_intents.id)`
+    (SELECT max(a.started_at) FROM outbox_attempts a WHERE a.intent_id = outbox_intents.id),
+    coalesce(ordering_key, ''), has_dependents`
 
 const loadSQL = `SELECT ` + intentColumns + ` FROM outbox_intents WHERE id = @id`

@@ -1,0 +1,1 @@
+ALTER TABLE outbox_intents DROP COLUMN has_dependents;

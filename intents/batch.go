@@ -127,8 +127,9 @@ func (c *Client) ConsumeBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message, 
 	}
 	if err == nil && pi.len() > 0 {
 		b := &pgx.Batch{}
-		c.queueInsert(b, &pi)
-		err = intentstore.MapInsertError(tx.SendBatch(ctx, b).Close())
+		if err = c.queueInsert(ctx, tx, b, &pi); err == nil {
+			err = intentstore.MapInsertError(tx.SendBatch(ctx, b).Close())
+		}
 	}
 	endSpan(span, err)
 	if err != nil {
@@ -249,7 +250,9 @@ func (c *Client) batchOnce(ctx context.Context, msgs []Message, handler BatchHan
 		return plan, nil
 	}
 	last := &pgx.Batch{}
-	c.queueInsert(last, pi)
+	if err := c.queueInsert(ctx, tx, last, pi); err != nil {
+		return batchPlan{}, err
+	}
 	last.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			// The transaction had failed already (a handler ignored an

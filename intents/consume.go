@@ -127,7 +127,9 @@ func (c *Client) consumeOnce(ctx context.Context, msg Message, handler Handler) 
 		}
 		if len(prepared) > 0 {
 			pi.add(ctx, &msg, prepared, "consumer:"+msg.Consumer)
-			c.queueInsert(b, &pi)
+			if err := c.queueInsert(ctx, tx, b, &pi); err != nil {
+				return false, err
+			}
 		}
 		return true, nil
 	})

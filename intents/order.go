@@ -196,7 +196,7 @@ func resolveOrder(ctx context.Context, tx pgx.Tx, prepared []preparedIntent, ear
 	if earlier != nil {
 		r.external = slices.DeleteFunc(r.external, earlier)
 	}
-	return r.lockExternal(ctx, tx)
+	return r.checkExternal(ctx, tx)
 }
 
 // orderResolver resolves the After of one call's intents.
@@ -303,32 +303,25 @@ func (r *orderResolver) refuseCycle() error {
 		Reason: "the intents would wait for each other forever: " + strings.Join(names, " after "), Err: ErrOrderCycle})
 }
 
-// lockExternal locks and marks the stored predecessors named, until the
-// transaction ends (the state each is found in decides the new intents'
-// own: intentstore.Predecessor), and refuses a key no intent has.
-func (r *orderResolver) lockExternal(ctx context.Context, tx pgx.Tx) error {
+// checkExternal refuses a key named that no intent has. The stored
+// predecessors are locked and read later, all of a batch at once, just
+// before the intents are stored (intentstore.InsertBatch.LockPredecessors).
+func (r *orderResolver) checkExternal(ctx context.Context, tx pgx.Tx) error {
 	if len(r.external) == 0 {
 		return nil
 	}
-	stored, err := intentstore.LockPredecessors(ctx, tx, r.external)
+	known, err := intentstore.KnownKeys(ctx, tx, r.external)
 	if err != nil {
 		return fmt.Errorf("intents: %w", err)
 	}
 	for _, key := range r.external {
-		pred, ok := stored[key]
-		if !ok {
-			p := r.prepared[r.externalOf[key][0]]
-			j := slices.IndexFunc(p.after, func(a After) bool { return a.Key == key })
-			return r.fail(p, &OrderError{After: j, Ref: fmt.Sprintf("key %q", key),
-				Reason: "no intent with this key was recorded before (nor by this call)", Err: ErrUnknownPredecessor})
+		if known[key] {
+			continue
 		}
-		for _, i := range r.externalOf[key] {
-			for j := range r.prepared[i].order.After {
-				if r.prepared[i].order.After[j].Key == key {
-					r.prepared[i].order.After[j].Stored = &pred
-				}
-			}
-		}
+		p := r.prepared[r.externalOf[key][0]]
+		j := slices.IndexFunc(p.after, func(a After) bool { return a.Key == key })
+		return r.fail(p, &OrderError{After: j, Ref: fmt.Sprintf("key %q", key),
+			Reason: "no intent with this key was recorded before (nor by this call)", Err: ErrUnknownPredecessor})
 	}
 	return nil
 }

@@ -282,9 +282,16 @@ func (pi *pendingInsert) recorded(from, n int) []Recorded {
 }
 
 // queueInsert adds to b the statement that stores pi's intents, their
-// events and their dispatch jobs (intentstore.Store.QueueInsert).
-func (c *Client) queueInsert(b *pgx.Batch, pi *pendingInsert) {
+// events and their dispatch jobs (intentstore.Store.QueueInsert), once the
+// stored intents they come after are locked and read in tx: all of them at
+// once, in id order, so that two recorders, or a recorder and a group of
+// settlements, cannot wait on each other's locks in a cycle.
+func (c *Client) queueInsert(ctx context.Context, tx pgx.Tx, b *pgx.Batch, pi *pendingInsert) error {
+	if err := pi.batch.LockPredecessors(ctx, tx); err != nil {
+		return fmt.Errorf("intents: %w", err)
+	}
 	c.store.QueueInsert(b, &pi.batch)
+	return nil
 }
 
 // insert writes the intents, their "recorded" events and their dispatch jobs

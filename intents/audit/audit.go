@@ -26,7 +26,7 @@
 //   - Stats counts intents by state and by kind.
 //
 // Each query is beside the method that runs it; the tables are created by
-// migrations/001 to 011, and every write is internal/intentstore's.
+// migrations/001 to 012, and every write is internal/intentstore's.
 package audit
 
 import (

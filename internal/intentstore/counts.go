@@ -70,7 +70,7 @@ const finishedSQL = `('succeeded', 'failed', 'cancelled')`
 // countFinishedSQL adds the intents of @ids that this transaction moved to
 // a terminal state to the finished counts, one aggregated write per (kind,
 // state), together with the intents cancelled with them because they came
-// after one of them (queueRelease cancels them in the same transaction,
+// after one of them (releaseTx cancels them in the same transaction,
 // and so on down the dependencies). A row whose newest version
 // this transaction wrote (xmin) and that is finished now was finished by
 // this transaction: a terminal state is never left, and no statement of

@@ -100,16 +100,15 @@ func (s *Store) actTx(ctx context.Context, a OperatorAction, allowed []intenttyp
 		if a.Kind == intenttype.ActionResend {
 			return s.EnqueueTx(ctx, tx, []int64{a.IntentID})
 		}
-		b := &pgx.Batch{}
 		if to.Terminal() && seen.waitedFor {
-			s.queueRelease(b, []int64{a.IntentID})
+			if err := s.releaseTx(ctx, tx, []int64{a.IntentID}); err != nil {
+				return err
+			}
 		}
 		// After the release: it counts what the release cancelled too.
+		b := &pgx.Batch{}
 		queueCountFinished(b, to, a.IntentID)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("intentstore: release the intents after %d: %w", a.IntentID, err)
-		}
-		return nil
+		return tx.SendBatch(ctx, b).Close()
 	})
 }
 

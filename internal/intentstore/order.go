@@ -78,9 +78,32 @@ func LockPredecessors(ctx context.Context, tx pgx.Tx, keys []string) (map[string
 	return found, nil
 }
 
-// lockUnread locks and marks, for InsertTx, the stored predecessors of ib's
-// intents that the caller did not read with LockPredecessors.
-func (ib *InsertBatch) lockUnread(ctx context.Context, tx pgx.Tx) error {
+// KnownKeys returns which of keys are stored, as seen by tx (intents
+// stored earlier in tx included). It locks nothing.
+func KnownKeys(ctx context.Context, tx pgx.Tx, keys []string) (map[string]bool, error) {
+	rows, err := tx.Query(ctx, knownKeysSQL, pgx.NamedArgs{"keys": keys})
+	if err != nil {
+		return nil, fmt.Errorf("intentstore: look up keys: %w", err)
+	}
+	known := make(map[string]bool, len(keys))
+	var k string
+	_, err = pgx.ForEachRow(rows, []any{&k}, func() error {
+		known[k] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("intentstore: look up keys: %w", err)
+	}
+	return known, nil
+}
+
+const knownKeysSQL = `SELECT idempotency_key FROM outbox_intents WHERE idempotency_key = ANY(@keys::text[])`
+
+// LockPredecessors locks, marks and reads in tx the stored intents that
+// ib's intents come after and that the caller did not read itself
+// (OrderAfter.Stored), all at once, in id order (see the function
+// LockPredecessors). Call it right before QueueInsert; InsertTx calls it.
+func (ib *InsertBatch) LockPredecessors(ctx context.Context, tx pgx.Tx) error {
 	in := make(map[string]bool, ib.Len())
 	for _, k := range ib.keys {
 		in[k] = true
@@ -274,6 +297,7 @@ func (p *recordPlan) readPredecessors(ib *InsertBatch, at map[string]int, i int)
 		case intenttype.StateSucceeded:
 			if len(a.Fill) > 0 && predRef == "" {
 				found.why = append(found.why, cat(ref, lit(" it comes after succeeded without a provider reference to fill "+jsonbText(a.Fill))))
+				break // cancelled: its payload stays as recorded
 			}
 			for f := range a.Fill {
 				found.fill[f] = predRef
@@ -471,30 +495,49 @@ func (s *Store) queueInsertOrdered(b *pgx.Batch, ib *InsertBatch) {
 	}
 }
 
-// queueRelease adds to b, after statements that may have finished the
-// intents of ids (a group of settlements, an operator's action), the
-// statements that decide what waits for them: the cancellations down the
-// chain of what comes after one that failed or was cancelled, then, under
-// the locks of the ordering keys concerned, the release of every waiting
-// intent that nothing holds any longer, with its dispatch job. They read
-// the intents' states when they run, so they are right whatever the
-// earlier statements did (a guard that no longer held), however many
-// settlements share the transaction, and when they are sent again (they
-// find nothing left to do). Three statements, so three snapshots: the
-// keys are locked after the cancellations (intents before keys, the order
-// every writer takes), and the release reads the keys' intents after the
-// lock, so it sees every intent a recorder committed behind it.
-func (s *Store) queueRelease(b *pgx.Batch, ids []int64) {
+// releaseTx decides, in tx, after statements that may have finished the
+// intents of ids (a group of settlements, an operator's action), what
+// waits for them: the cancellations down the chain of what comes after one
+// that failed or was cancelled, then, under the locks of the ordering keys
+// concerned, the release of every waiting intent that nothing holds any
+// longer, with its dispatch job. Its statements read the intents' states
+// when they run, so they are right whatever the earlier statements did (a
+// guard that no longer held), however many settlements share the
+// transaction, and when they are run again (they find nothing left to do).
+//
+// Each statement has its own snapshot, and that is the point of each
+// boundary. A cancellation of a waiting intent may wait for a recorder that
+// holds its row to record an intent after it: the cancellation then goes
+// on, but its statement's snapshot cannot show the new dependency, so the
+// intents cancelled that others come after (has_dependents, set by the
+// recorder) are cascaded again by a statement of their own, until a pass
+// cancels none of them. The keys are locked after the cancellations
+// (intents before keys, the order every writer takes), and the release
+// reads the keys' intents after the lock, so it sees every intent a
+// recorder committed behind it.
+func (s *Store) releaseTx(ctx context.Context, tx pgx.Tx, ids []int64) error {
 	if len(ids) == 0 {
-		return
+		return nil
 	}
-	cascadeQ.queue(b, cascadeEdge.args(pgx.NamedArgs{
-		"ids": ids, "why_after": whyCancelledAfter, "why_no_ref": whyCancelledNoRef,
-	}))
+	for pass := ids; len(pass) > 0; {
+		var followed []int64
+		err := tx.QueryRow(ctx, cascadeQ.sql, cascadeQ.args(cascadeEdge.args(pgx.NamedArgs{
+			"ids": pass, "why_after": whyCancelledAfter, "why_no_ref": whyCancelledNoRef,
+		}))...).Scan(&followed)
+		if err != nil {
+			return fmt.Errorf("intentstore: cancel what comes after intents %v: %w", pass, err)
+		}
+		pass = followed
+	}
+	b := &pgx.Batch{}
 	lockReleasedKeysQ.queue(b, pgx.NamedArgs{"ids": ids})
 	releaseQ.queue(b, s.jobArgs(releaseEdge.args(pgx.NamedArgs{
 		"ids": ids, "why_after": whyReleasedAfter, "why_turn": whyReleasedTurn, "notice": s.job.notice,
 	})))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("intentstore: release what waits for intents %v: %w", ids, err)
+	}
+	return nil
 }
 
 // The statements of ordering, beside the Go that decides and queues them.
@@ -510,10 +553,12 @@ WHERE idempotency_key = ANY(@keys::text[])
 ORDER BY id
 FOR NO KEY UPDATE`
 
-// markPredecessorsSQL marks the predecessors lockPredecessorsSQL locked.
+// markPredecessorsSQL marks the unfinished predecessors lockPredecessorsSQL
+// locked (a finished one has nothing left to release: the recorder decides
+// the new intent from its state).
 const markPredecessorsSQL = `
 UPDATE outbox_intents SET has_dependents = true
-WHERE idempotency_key = ANY(@keys::text[]) AND NOT has_dependents`
+WHERE idempotency_key = ANY(@keys::text[]) AND NOT has_dependents AND finished_at IS NULL`
 
 // bumpOrderingKeysSQL locks the rows of a batch's ordering keys (sorted:
 // recorders of several keys cannot deadlock) and reserves each key's
@@ -614,7 +659,8 @@ SELECT id, idempotency_key FROM stored ORDER BY id`
 // intent that comes after one that succeeded, counts the dependency down
 // and fills its fields. A dependency is satisfied exactly once, when its
 // predecessor finishes, so waiting_for (the unsatisfied ones) never goes
-// below zero.
+// below zero. It returns the intents it cancelled that others come after,
+// as their rows are once locked (see releaseTx).
 const cascadeSQL = `
 WITH RECURSIVE finished AS (
     SELECT id, idempotency_key, state, provider_ref
@@ -650,7 +696,7 @@ cancelled AS (
         waiting_for = s.waiting_for - (SELECT count(*) FROM satisfied e WHERE e.intent_id = s.id)
     FROM cancel c
     WHERE s.id = ANY(ARRAY(SELECT intent_id FROM cancel)) AND s.id = c.intent_id AND s.state = @from::text
-    RETURNING s.id, c.why
+    RETURNING s.id, c.why, s.has_dependents
 ),
 filled AS (
     SELECT e.intent_id, count(DISTINCT e.after_id) AS n,
@@ -672,7 +718,7 @@ events AS (
     INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
     SELECT id, @actor::text, @from::text, @to::text, why FROM cancelled
 )
-SELECT count(*) FROM cancelled`
+SELECT coalesce(array_agg(id) FILTER (WHERE has_dependents), '{}') FROM cancelled`
 
 // reachedCTE is the intents a release looks at: the finished intents of
 // @ids, what comes after each, and, through those that are finished (a

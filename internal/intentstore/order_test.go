@@ -365,3 +365,60 @@ func TestAReleaseSeesWhatWasRecordedBehindItWhileItSettled(t *testing.T) {
 		})
 	}
 }
+
+// A chain cancelled while a recorder adds to it: Q fails while an intent is
+// recorded after P, which waits for Q. The cancellation of P waits for the
+// recorder, whose new intent its statement cannot see; the pass after it
+// cancels the new intent too, instead of leaving it waiting forever for a
+// P that will never succeed.
+func TestACancelledChainTakesWhatWasRecordedOnItWhileItWasCancelled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store := newStore(t)
+	var chain intentstore.InsertBatch
+	chain.Add(intentstore.NewIntent{Key: "q", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test"})
+	chain.Add(intentstore.NewIntent{Key: "p", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
+		Order: &intentstore.Order{After: []intentstore.OrderAfter{{Key: "q"}}}})
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &chain) }); err != nil {
+		t.Fatal(err)
+	}
+	q, err := store.Load(ctx, chain.IDs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recorder.Rollback(ctx)
+	var d intentstore.InsertBatch
+	d.Add(intentstore.NewIntent{Key: "d", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
+		Order: &intentstore.Order{After: []intentstore.OrderAfter{{Key: "p"}}}})
+	if err := store.InsertTx(ctx, recorder, &d); err != nil {
+		t.Fatal(err)
+	}
+	settled := make(chan error, 1)
+	go func() {
+		_, err := store.Settle(ctx, intentstore.Settlement{Row: q, From: intenttype.StatePending, To: intenttype.StateFailed, LastError: "refused", Reason: "test"})
+		settled <- err
+	}()
+	testkit.Eventually(t, 10*time.Second, "the cancellation of p to wait for the recorder", func() bool {
+		return testkit.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
+	if err := recorder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-settled; err != nil {
+		t.Fatal(err)
+	}
+	var state, lastErr string
+	if err := pool.QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM outbox_intents WHERE id = $1`, d.IDs[0]).Scan(&state, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if want := "intent " + itoa(chain.IDs[1]) + " (p) it comes after is cancelled"; state != "cancelled" || !strings.Contains(lastErr, want) {
+		t.Fatalf("the intent recorded after p while p was cancelled is %s (%q), want cancelled saying %q", state, lastErr, want)
+	}
+	if kept, actual := finishedCounts(t, pool); kept != actual {
+		t.Fatalf("finished counts kept %q, actual %q", kept, actual)
+	}
+}

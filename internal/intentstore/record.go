@@ -133,8 +133,8 @@ func QueueInsertMarkers(b *pgx.Batch, consumers, messageIDs []string, inserted f
 // dispatchers when one is due. Sent with the transaction's COMMIT in one
 // batch, the whole write costs one round trip; nothing is dispatched before
 // that commit, and nothing remains if the transaction rolls back. The
-// predecessors of ib's ordered intents that are not in ib must have been
-// read with LockPredecessors in the same transaction (OrderAfter.Stored).
+// stored predecessors of ib's ordered intents must have been locked and
+// read in the same transaction first (ib.LockPredecessors).
 func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 	if ib.anyOrdered {
 		s.queueInsertOrdered(b, ib)
@@ -213,7 +213,7 @@ func (ib *InsertBatch) collectIDs(rows pgx.Rows) error {
 // in one round trip (two when it must lock predecessors the caller did not
 // read). A key already stored is a *intenttype.DuplicateKeyError.
 func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, ib *InsertBatch) error {
-	if err := ib.lockUnread(ctx, tx); err != nil {
+	if err := ib.LockPredecessors(ctx, tx); err != nil {
 		return err
 	}
 	b := &pgx.Batch{}

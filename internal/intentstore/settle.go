@@ -123,15 +123,11 @@ func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settl
 						releasing = append(releasing, cl.req.Row.ID)
 					}
 				}
-				// After every state is final (a guarded update, or the
-				// adoption of a late success): what waits for the intents
-				// is released or cancelled, for the whole group at once;
-				// then one aggregated count, after the release.
-				s.queueRelease(b, releasing)
+				var count []int64
 				if finishes {
-					queueCount(b, ids)
+					count = ids
 				}
-				if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+				if err := s.sendSettlements(ctx, b, releasing, count); err != nil {
 					return err
 				}
 				// Only now has the transaction committed.
@@ -166,11 +162,14 @@ func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error)
 	err := s.retryTransient(ctx, func(ctx context.Context) error {
 		b := &pgx.Batch{}
 		res := s.queueSettlement(b, st)
+		var releasing, count []int64
 		if st.releases() {
-			s.queueRelease(b, []int64{st.Row.ID})
+			releasing = []int64{st.Row.ID}
 		}
-		queueCountFinished(b, st.To, st.Row.ID)
-		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		if st.To.Terminal() {
+			count = []int64{st.Row.ID}
+		}
+		if err := s.sendSettlements(ctx, b, releasing, count); err != nil {
 			return err
 		}
 		out = res.settled()
@@ -188,9 +187,36 @@ func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error)
 	return out, nil
 }
 
+// sendSettlements commits the settlements queued in b, with, after every
+// state is final (a guarded update, or the adoption of a late success),
+// the release of what waits for the intents of releasing (releaseTx), then
+// one aggregated count of the intents of count the transaction finished.
+// Without a release it is one batch, one round trip; a release takes a
+// transaction of a few (its cascade runs as many passes as it needs).
+func (s *Store) sendSettlements(ctx context.Context, b *pgx.Batch, releasing, count []int64) error {
+	if len(releasing) == 0 {
+		if len(count) > 0 {
+			queueCount(b, count)
+		}
+		return s.pool.SendBatch(ctx, b).Close()
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if err := s.releaseTx(ctx, tx, releasing); err != nil {
+			return err
+		}
+		// After the release: it counts what the release cancelled too.
+		after := &pgx.Batch{}
+		queueCount(after, count)
+		return tx.SendBatch(ctx, after).Close()
+	})
+}
+
 // releases says whether the settlement may finish an intent that others
 // wait for (an ordering key, or intents recorded after it), so that its
-// transaction must release or cancel them (queueRelease). Most intents
+// transaction must release or cancel them (releaseTx). Most intents
 // have neither: their settlements run no release statement. A recorder
 // that adds a dependent meanwhile sets has_dependents under the row's
 // lock, and a settlement that skipped the release then fails its guard
@@ -222,7 +248,7 @@ func (r *settleResult) settled() Settled {
 // be. Every statement a settlement makes belongs here, between its guarded
 // update and the read of its resulting state, but the release of what
 // waits for the intents it finishes, queued once for all the settlements
-// of the transaction, after them (queueRelease).
+// of the transaction, after them (releaseTx).
 func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 	id := st.Row.ID
 	res := &settleResult{}

@@ -9,7 +9,7 @@
 // plays the part River's riverdriver plays for river_job.
 //
 // Each statement is beside the Go that queues it (the tables are created
-// by migrations/001 to 011). Parameters are named (pgx.NamedArgs); the
+// by migrations/001 to 012). Parameters are named (pgx.NamedArgs); the
 // statements run for every intent are rewritten into positional form once
 // (named.go).
 //

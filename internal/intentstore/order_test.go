@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/intentstore"
@@ -316,43 +317,11 @@ func TestAReleaseSeesWhatWasRecordedBehindItWhileItSettled(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			recorder, err := pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer recorder.Rollback(ctx)
 			var next intentstore.InsertBatch
 			next.Add(intentstore.NewIntent{Key: "next", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
 				Order: tc.order("first")})
-			if err := store.InsertTx(ctx, recorder, &next); err != nil {
-				t.Fatal(err)
-			}
-
-			settled := make(chan error, 1)
-			go func() {
-				_, err := store.Settle(ctx, intentstore.Settlement{Row: row, From: intenttype.StatePending, To: intenttype.StateSucceeded, Reason: "test"})
-				settled <- err
-			}()
-			var settleErr error
-			ended := false
-			testkit.Eventually(t, 10*time.Second, "the settlement to wait for the recorder, or to end", func() bool {
-				select {
-				case settleErr = <-settled:
-					ended = true
-					return true
-				default:
-				}
-				return testkit.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
-			})
-			if err := recorder.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if !ended {
-				settleErr = <-settled
-			}
-			if settleErr != nil {
-				t.Fatal(settleErr)
-			}
+			waited := settleWhileRecording(t, pool, store, &next,
+				intentstore.Settlement{Row: row, From: intenttype.StatePending, To: intenttype.StateSucceeded, Reason: "test"})
 			var state string
 			var jobs int
 			if err := pool.QueryRow(ctx, `SELECT state, (SELECT count(*) FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id))
@@ -360,7 +329,7 @@ func TestAReleaseSeesWhatWasRecordedBehindItWhileItSettled(t *testing.T) {
 				t.Fatal(err)
 			}
 			if state != "pending" || jobs != 1 {
-				t.Fatalf("the intent recorded behind the settling one is %s with %d jobs, want pending with its job (settlement waited: %v)", state, jobs, !ended)
+				t.Fatalf("the intent recorded behind the settling one is %s with %d jobs, want pending with its job (settlement waited: %v)", state, jobs, waited)
 			}
 		})
 	}
@@ -386,30 +355,12 @@ func TestACancelledChainTakesWhatWasRecordedOnItWhileItWasCancelled(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	recorder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer recorder.Rollback(ctx)
 	var d intentstore.InsertBatch
 	d.Add(intentstore.NewIntent{Key: "d", Kind: "sendgrid.email", Provider: "sendgrid", Payload: []byte(`{}`), Actor: "test",
 		Order: &intentstore.Order{After: []intentstore.OrderAfter{{Key: "p"}}}})
-	if err := store.InsertTx(ctx, recorder, &d); err != nil {
-		t.Fatal(err)
-	}
-	settled := make(chan error, 1)
-	go func() {
-		_, err := store.Settle(ctx, intentstore.Settlement{Row: q, From: intenttype.StatePending, To: intenttype.StateFailed, LastError: "refused", Reason: "test"})
-		settled <- err
-	}()
-	testkit.Eventually(t, 10*time.Second, "the cancellation of p to wait for the recorder", func() bool {
-		return testkit.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
-	})
-	if err := recorder.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-settled; err != nil {
-		t.Fatal(err)
+	if !settleWhileRecording(t, pool, store, &d,
+		intentstore.Settlement{Row: q, From: intenttype.StatePending, To: intenttype.StateFailed, LastError: "refused", Reason: "test"}) {
+		t.Fatal("the settlement ended before the recorder committed: the cancellation of p did not wait for it")
 	}
 	var state, lastErr string
 	if err := pool.QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM outbox_intents WHERE id = $1`, d.IDs[0]).Scan(&state, &lastErr); err != nil {
@@ -421,4 +372,47 @@ func TestACancelledChainTakesWhatWasRecordedOnItWhileItWasCancelled(t *testing.T
 	if kept, actual := finishedCounts(t, pool); kept != actual {
 		t.Fatalf("finished counts kept %q, actual %q", kept, actual)
 	}
+}
+
+// settleWhileRecording stores rec in a recorder's transaction, settles st
+// while that transaction is open, and commits it once the settlement waits
+// on a lock (or has ended: it did not wait, which it reports); it returns
+// once the settlement has, failing the test on its error.
+func settleWhileRecording(t *testing.T, pool *pgxpool.Pool, store *intentstore.Store, rec *intentstore.InsertBatch, st intentstore.Settlement) (waited bool) {
+	t.Helper()
+	ctx := context.Background()
+	recorder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recorder.Rollback(ctx)
+	if err := store.InsertTx(ctx, recorder, rec); err != nil {
+		t.Fatal(err)
+	}
+	settled := make(chan error, 1)
+	go func() {
+		_, err := store.Settle(ctx, st)
+		settled <- err
+	}()
+	var settleErr error
+	ended := false
+	testkit.Eventually(t, 10*time.Second, "the settlement to wait for the recorder, or to end", func() bool {
+		select {
+		case settleErr = <-settled:
+			ended = true
+			return true
+		default:
+		}
+		return testkit.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
+	if err := recorder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !ended {
+		settleErr = <-settled
+	}
+	if settleErr != nil {
+		t.Fatal(settleErr)
+	}
+	return !ended
 }

@@ -30,9 +30,9 @@ type OrderAfter struct {
 	// Fill maps a payload field to the predecessor's result that fills it
 	// ("provider_ref").
 	Fill map[string]string
-	// Stored is the predecessor as LockPredecessors read it, when it was
-	// stored before this batch; nil when it is an intent of the same
-	// batch. QueueInsert decides the new intent's state from it.
+	// Stored is the predecessor as InsertBatch.LockPredecessors read it,
+	// when it was stored before this batch; nil when it is an intent of the
+	// same batch. QueueInsert decides the new intent's state from it.
 	Stored *Predecessor
 }
 
@@ -47,17 +47,16 @@ type Predecessor struct {
 	ProviderRef string
 }
 
-// LockPredecessors locks the stored intents of keys, in id order, marks
+// lockPredecessors locks the stored intents of keys, in id order, marks
 // each as one that others come after (has_dependents), and returns them by
 // key, as they are once locked; a key not stored is absent from the map.
-// Call it in the recording transaction, before QueueInsert, for the
-// predecessors not in the batch. The lock is held until the transaction
-// ends: a settlement of one of them waits, then finds the mark and
-// releases or cancels the new intent (Settlement.releases). The lock is
+// The lock is held until the transaction ends: a settlement of one of them
+// waits, then finds the mark and releases or cancels the new intent
+// (Settlement.releases). The lock is
 // exclusive (a share lock would let two recorders each wait to mark the
 // row the other share-locked), so recorders of intents that come after
 // the same predecessor take turns.
-func LockPredecessors(ctx context.Context, tx pgx.Tx, keys []string) (map[string]Predecessor, error) {
+func lockPredecessors(ctx context.Context, tx pgx.Tx, keys []string) (map[string]Predecessor, error) {
 	found := make(map[string]Predecessor, len(keys))
 	b := &pgx.Batch{}
 	b.Queue(lockPredecessorsSQL, pgx.NamedArgs{"keys": keys}).Query(func(rows pgx.Rows) error {
@@ -100,9 +99,9 @@ func KnownKeys(ctx context.Context, tx pgx.Tx, keys []string) (map[string]bool, 
 const knownKeysSQL = `SELECT idempotency_key FROM outbox_intents WHERE idempotency_key = ANY(@keys::text[])`
 
 // LockPredecessors locks, marks and reads in tx the stored intents that
-// ib's intents come after and that the caller did not read itself
-// (OrderAfter.Stored), all at once, in id order (see the function
-// LockPredecessors). Call it right before QueueInsert; InsertTx calls it.
+// ib's intents come after (OrderAfter.Stored), all at once, in id order
+// (see lockPredecessors). Call it right before QueueInsert; InsertTx calls
+// it.
 func (ib *InsertBatch) LockPredecessors(ctx context.Context, tx pgx.Tx) error {
 	in := make(map[string]bool, ib.Len())
 	for _, k := range ib.keys {
@@ -119,7 +118,7 @@ func (ib *InsertBatch) LockPredecessors(ctx context.Context, tx pgx.Tx) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	found, err := LockPredecessors(ctx, tx, keys)
+	found, err := lockPredecessors(ctx, tx, keys)
 	if err != nil {
 		return err
 	}
@@ -286,7 +285,7 @@ func (p *recordPlan) readPredecessors(ib *InsertBatch, at map[string]int, i int)
 		} else {
 			j, ok := at[a.Key]
 			if !ok {
-				panic(fmt.Sprintf("intentstore: intent %q comes after %q, neither stored (LockPredecessors) nor in the batch", ib.keys[i], a.Key))
+				panic(fmt.Sprintf("intentstore: intent %q comes after %q, neither stored (InsertBatch.LockPredecessors) nor in the batch", ib.keys[i], a.Key))
 			}
 			ref = cat(lit("intent "), batchRef(j+1), lit(" ("+a.Key+")"))
 			state = intenttype.State(p.states[j])
@@ -519,30 +518,62 @@ func (s *Store) releaseTx(ctx context.Context, tx pgx.Tx, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	for pass := ids; len(pass) > 0; {
-		var followed []int64
-		err := tx.QueryRow(ctx, cascadeQ.sql, cascadeQ.args(cascadeEdge.args(pgx.NamedArgs{
-			"ids": pass, "why_after": whyCancelledAfter, "why_no_ref": whyCancelledNoRef,
-		}))...).Scan(&followed)
-		if err != nil {
-			return fmt.Errorf("intentstore: cancel what comes after intents %v: %w", pass, err)
-		}
-		pass = followed
-	}
 	b := &pgx.Batch{}
-	lockReleasedKeysQ.queue(b, pgx.NamedArgs{"ids": ids})
-	releaseQ.queue(b, s.jobArgs(releaseEdge.args(pgx.NamedArgs{
-		"ids": ids, "why_after": whyReleasedAfter, "why_turn": whyReleasedTurn, "notice": s.job.notice,
-	})))
+	var followed []int64
+	s.queueCascade(b, ids, &followed)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("intentstore: release what waits for intents %v: %w", ids, err)
+		return err
+	}
+	if err := s.cascadeFurther(ctx, tx, followed); err != nil {
+		return err
+	}
+	b = &pgx.Batch{}
+	s.queueReleaseUnderLocks(b, ids)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// queueCascade adds to b one pass of the cascade over the finished
+// intents of ids; once b has run, *followed holds the intents it cancelled
+// that others come after, for the next pass.
+func (s *Store) queueCascade(b *pgx.Batch, ids []int64, followed *[]int64) {
+	cascadeQ.queue(b, cascadeEdge.args(pgx.NamedArgs{
+		"ids": ids, "why_after": whyCancelledAfter, "why_no_ref": whyCancelledNoRef,
+	})).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(followed); err != nil {
+			return fmt.Errorf("intentstore: cancel what comes after intents %v: %w", ids, err)
+		}
+		return nil
+	})
+}
+
+// cascadeFurther runs, in tx, a pass of the cascade over followed, a
+// statement of its own (so a snapshot that shows what a recorder committed
+// while the last pass waited for it), and so on until a pass cancels no
+// intent that others come after.
+func (s *Store) cascadeFurther(ctx context.Context, tx pgx.Tx, followed []int64) error {
+	for len(followed) > 0 {
+		b := &pgx.Batch{}
+		pass := followed
+		s.queueCascade(b, pass, &followed)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
+// queueReleaseUnderLocks adds to b, after the cascade, the lock of the
+// ordering keys concerned and the release under it (see releaseTx).
+func (s *Store) queueReleaseUnderLocks(b *pgx.Batch, ids []int64) {
+	lockReleasedKeysQ.queue(b, pgx.NamedArgs{"ids": ids})
+	releaseQ.queue(b, s.jobArgs(releaseEdge.args(pgx.NamedArgs{
+		"ids": ids, "why_after": whyReleasedAfter, "why_turn": whyReleasedTurn, "notice": s.job.notice,
+	})))
+}
+
 // The statements of ordering, beside the Go that decides and queues them.
 
-// lockPredecessorsSQL: see LockPredecessors. In id order, as every writer
+// lockPredecessorsSQL: see lockPredecessors. In id order, as every writer
 // that locks several intents takes them; a locking read returns each row
 // as it is once locked (a settlement that committed while it waited
 // shows), which a read after it in the same statement would not.

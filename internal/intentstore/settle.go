@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 )
@@ -191,8 +192,11 @@ func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error)
 // state is final (a guarded update, or the adoption of a late success),
 // the release of what waits for the intents of releasing (releaseTx), then
 // one aggregated count of the intents of count the transaction finished.
-// Without a release it is one batch, one round trip; a release takes a
-// transaction of a few (its cascade runs as many passes as it needs).
+// Without a release it is one batch, one round trip. With one, BEGIN, the
+// settlements and the cascade's first pass go in one batch, and the lock,
+// the release, the count and COMMIT in a second: two round trips, and one
+// more for each further pass the cascade needs (rare: a chain cancelled
+// while a recorder adds to it).
 func (s *Store) sendSettlements(ctx context.Context, b *pgx.Batch, releasing, count []int64) error {
 	if len(releasing) == 0 {
 		if len(count) > 0 {
@@ -200,18 +204,42 @@ func (s *Store) sendSettlements(ctx context.Context, b *pgx.Batch, releasing, co
 		}
 		return s.pool.SendBatch(ctx, b).Close()
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection left inside a transaction (a lost answer, a failed
+	// rollback) is closed by Release, never reused.
+	defer conn.Release()
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
-		if err := s.releaseTx(ctx, tx, releasing); err != nil {
-			return err
+	}()
+	first := &pgx.Batch{}
+	first.BeginTx(pgx.TxOptions{})
+	first.QueuedQueries = append(first.QueuedQueries, b.QueuedQueries...)
+	var followed []int64
+	s.queueCascade(first, releasing, &followed)
+	br := conn.Conn().SendBatch(ctx, first)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if err := s.cascadeFurther(ctx, tx, followed); err != nil {
+		return err
+	}
+	last := &pgx.Batch{}
+	s.queueReleaseUnderLocks(last, releasing)
+	// After the release: it counts what the release cancelled too.
+	queueCount(last, count)
+	last.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return pgx.ErrTxCommitRollback
 		}
-		// After the release: it counts what the release cancelled too.
-		after := &pgx.Batch{}
-		queueCount(after, count)
-		return tx.SendBatch(ctx, after).Close()
+		return nil
 	})
+	return tx.SendBatch(ctx, last).Close()
 }
 
 // releases says whether the settlement may finish an intent that others
@@ -394,12 +422,15 @@ adopted_event AS (
     INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
     SELECT id, 'dispatcher', 'in_doubt', 'succeeded', @reason FROM adopted
 ),
+row_now AS (
+    SELECT state, has_dependents FROM outbox_intents WHERE id = @id
+),
 after AS (
-    SELECT coalesce((SELECT state FROM adopted), (SELECT state FROM outbox_intents WHERE id = @id)) AS state
+    SELECT coalesce((SELECT state FROM adopted), (SELECT state FROM row_now)) AS state
 ),
 done AS (
     DELETE FROM river_job
     WHERE id = @job_id AND state::text = 'running' AND (SELECT state FROM after) NOT IN ('pending', 'dispatching')
 )
 SELECT (SELECT count(*) FROM adopted), (SELECT state FROM after),
-    coalesce((SELECT has_dependents FROM outbox_intents WHERE id = @id), false)`
+    coalesce((SELECT has_dependents FROM row_now), false)`

@@ -114,6 +114,8 @@ func TestAProviderAnswerPostgresRefusesIsStoredAndActedOnOnce(t *testing.T) {
 // A take-over of an intent left dispatching is an attempt like any other
 // (DESIGN.md, invariant 14): with its budget used, even inside the key
 // window, the provider is not called again; the intent is held in_doubt.
+// Its claim is the queue's, started long ago: the sweep the dispatcher
+// runs at its start hands it to a River job, which takes it over.
 func TestATakeOverPastTheBudgetCallsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
@@ -121,8 +123,9 @@ func TestATakeOverPastTheBudgetCallsNothing(t *testing.T) {
 	if _, err := b.pool.Exec(context.Background(), `
 		UPDATE outbox_intents
 		SET state = 'dispatching', attempt_count = 3, claimed_attempt = 3, may_have_acted = true,
-		    provider_key = 'ns.0/' || idempotency_key, key_namespace = 'ns', key_first_used_at = $2
-		WHERE id = $1`, id, b.clock.Now().Add(-time.Minute)); err != nil {
+		    provider_key = 'ns.0/' || idempotency_key, key_namespace = 'ns', key_first_used_at = $2,
+		    attempt_started_at = $3
+		WHERE id = $1`, id, b.clock.Now().Add(-time.Minute), b.clock.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	cfg := b.config()

@@ -63,8 +63,9 @@ type Config struct {
 	// picks it up. Required.
 	Providers *providers.Registry
 
-	// MaxWorkers is how many intents are worked at once by this process.
-	// Defaults to DefaultMaxWorkers.
+	// MaxWorkers is how many intents this dispatcher works at once: those
+	// its queue claims and those River's dispatch jobs bring (retries,
+	// take-overs) together. Defaults to DefaultMaxWorkers.
 	MaxWorkers int
 
 	// MaxAttempts bounds the attempts at one intent; an intent whose last
@@ -125,38 +126,39 @@ type Config struct {
 	// whose look-up is due. Defaults to DefaultRecheckInterval.
 	RecheckInterval time.Duration
 
-	// RescueStuckJobsAfter is how long a job may stay running before River
-	// assumes its worker died (a crash, kill -9) and runs it again. It must
-	// exceed the longest job: CallTimeout twice (a call and a reconcile) plus
-	// five seconds for the database. Defaults to that plus a minute.
+	// RescueStuckJobsAfter is how long a claim may stay unsettled before
+	// its worker is assumed dead (a crash, kill -9) and the intent is
+	// taken over: River runs a stuck job again, and the sweep gives a job
+	// to a queued claim that old. It must exceed the longest attempt:
+	// CallTimeout twice (a call and a reconcile) plus five seconds for the
+	// database. Defaults to that plus a minute.
 	RescueStuckJobsAfter time.Duration
 
-	// FetchCooldown is the shortest time between two fetches of new jobs
-	// (river.Config.FetchCooldown). The dispatcher fetches when it is told
-	// of new jobs (River's LISTEN/NOTIFY: intents.Client notifies when it
-	// records, see intents.Config.NotifyCooldown), when a worker frees up
-	// after a full fetch, and every FetchPollInterval; FetchCooldown spaces
-	// those fetches out. It bounds both latency (a new intent may wait up to
-	// FetchCooldown for its fetch) and throughput (at most MaxWorkers jobs
-	// per fetch, so MaxWorkers per FetchCooldown). Lower costs more fetch
-	// queries when busy, none when idle. Defaults to DefaultFetchCooldown.
+	// FetchCooldown is the shortest time between two fetches of one fetch
+	// loop while batches come back full. A dispatcher claims queued
+	// intents (the queue: one statement claims a batch of up to as many
+	// as it has free workers) when it is told that intents were queued
+	// (LISTEN/NOTIFY: intents.Client notifies when it records, see
+	// intents.Config.NotifyCooldown), when workers free up after a full
+	// batch, and every FetchPollInterval. It bounds both latency (a new
+	// intent may wait up to FetchCooldown for its fetch under load) and the
+	// claim statements a busy loop runs (at most one per FetchCooldown).
+	// River's fetches of the dispatch jobs (retries, take-overs) are
+	// spaced by it too (river.Config.FetchCooldown). Defaults to
+	// DefaultFetchCooldown.
 	FetchCooldown time.Duration
 
-	// FetchLoops is how many fetch loops share MaxWorkers, each a River
-	// client on the dispatch queue with its own producer. River keeps one
-	// fetch in flight per loop, and a loop whose workers free up while it
-	// fetches waits for its next turn: against a slow provider one loop
-	// leaves workers idle that several loops keep busy. Each loop keeps a
-	// connection to Postgres of its own for notifications (LISTEN), taken
-	// from the pool and then held outside it. Defaults
-	// to one loop per DefaultWorkersPerFetchLoop workers; at most
-	// MaxWorkers, and at most MaxFetchLoops.
+	// FetchLoops is how many fetch loops claim queued intents, sharing
+	// MaxWorkers: while one waits for its claim's answer, another can
+	// claim for the workers that freed up meanwhile. Defaults to one loop
+	// per DefaultWorkersPerFetchLoop workers; at most MaxWorkers, and at
+	// most MaxFetchLoops.
 	FetchLoops int
 
-	// FetchPollInterval is how often the dispatcher looks for jobs without
-	// being told (river.Config.FetchPollInterval): the fallback for a missed
-	// notification, and the latency of jobs inserted by something that does
-	// not notify. Defaults to DefaultFetchPollInterval.
+	// FetchPollInterval is how often the dispatcher looks for queued
+	// intents and River jobs without being told: the fallback for a missed
+	// notification, and the latency of intents queued by something that
+	// does not notify. Defaults to DefaultFetchPollInterval.
 	FetchPollInterval time.Duration
 
 	// DedupWindow is how long a processed marker is kept: a message
@@ -364,18 +366,6 @@ func (c *Config) defaultRescue() error {
 		return fmt.Errorf("dispatcher: Config.RescueStuckJobsAfter (%s) must exceed twice CallTimeout plus 5s (%s)", c.RescueStuckJobsAfter, minRescue)
 	}
 	return nil
-}
-
-// loopWorkers shares MaxWorkers among the fetch loops.
-func (c *Config) loopWorkers() []int {
-	out := make([]int, c.FetchLoops)
-	for i := range out {
-		out[i] = c.MaxWorkers / c.FetchLoops
-		if i < c.MaxWorkers%c.FetchLoops {
-			out[i]++
-		}
-	}
-	return out
 }
 
 func (c *Config) maxAttemptsFor(kind string) int {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,9 +32,15 @@ type Dispatcher struct {
 	pool   *pgxpool.Pool
 	store  *intentstore.Store
 	tracer trace.Tracer
-	// clients are River clients on the dispatch queue, each with its own
-	// fetch loop (Config.FetchLoops) and a share of MaxWorkers.
-	clients []*river.Client[pgx.Tx]
+	// client is the River client on the dispatch queue: the jobs of
+	// intents that need a later attempt or a take-over, and the periodic
+	// maintenance.
+	client *river.Client[pgx.Tx]
+	// queue claims and works the queued intents (queue.go); set by Start.
+	queue *queue
+	// workers bounds the intents worked at once, by the queue and by
+	// River's jobs together (Config.MaxWorkers).
+	workers workers
 	// namespace is the deployment's (intentstore.Store.Namespace), read by
 	// Start before any work.
 	namespace string
@@ -80,21 +84,19 @@ func New(pool *pgxpool.Pool, config *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{config: cfg, pool: pool, store: store, tracer: tracing.Tracer(cfg.TracerProvider)}
-	for i, n := range cfg.loopWorkers() {
-		client, err := d.newClient(pool, cfg, i, n)
-		if err != nil {
-			return nil, err
-		}
-		d.clients = append(d.clients, client)
+	d := &Dispatcher{config: cfg, pool: pool, store: store, tracer: tracing.Tracer(cfg.TracerProvider), workers: newWorkers(cfg.MaxWorkers)}
+	if d.client, err = d.newClient(pool, cfg); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
 
-// newClient returns the River client of fetch loop i, working maxWorkers
-// jobs of the dispatch queue at once. Every client has every worker and
-// the periodic jobs: whichever is elected leader runs those.
-func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config, i, maxWorkers int) (*river.Client[pgx.Tx], error) {
+// newClient returns the River client of the dispatch queue, working up to
+// MaxWorkers jobs at once (a dispatch job takes one of the dispatcher's
+// workers before it calls a provider). Every dispatcher's client has
+// every worker and the periodic jobs: whichever is elected leader runs
+// those.
+func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &dispatchWorker{d: d}); err != nil {
 		return nil, err
@@ -111,15 +113,8 @@ func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config, i, maxWorkers in
 	if err := river.AddWorkerSafely(workers, &recheckWorker{d: d}); err != nil {
 		return nil, err
 	}
-	var id string
-	if cfg.FetchLoops > 1 {
-		// River's default ID (host and start time) could be the same for
-		// two clients created in the same microsecond.
-		id = clientID(i)
-	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		ID:                   id,
-		Queues:               map[string]river.QueueConfig{intentstore.DispatchQueue: {MaxWorkers: maxWorkers}},
+		Queues:               map[string]river.QueueConfig{intentstore.DispatchQueue: {MaxWorkers: cfg.MaxWorkers}},
 		Workers:              workers,
 		JobTimeout:           cfg.jobTimeout(),
 		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
@@ -145,18 +140,6 @@ func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config, i, maxWorkers in
 	return client, nil
 }
 
-// clientID names fetch loop i's River client: the host, the process, the
-// time and the loop, at most River's 100 characters.
-func clientID(i int) string {
-	host, _ := os.Hostname()
-	host = strings.NewReplacer(".", "_", "-", "_").Replace(host)
-	if len(host) > 50 {
-		host = host[:50]
-	}
-	at := strings.Replace(time.Now().UTC().Format("20060102T150405.000000"), ".", "_", 1)
-	return fmt.Sprintf("%s_%d_%s_loop%d", host, os.Getpid(), at, i)
-}
-
 // riverMiddleware traces River's work of every job (a "river.work/<kind>"
 // span, the parent of the attempt's span) when tp is set. Metrics stay
 // with this package's own collector: the middleware is given a no-op meter,
@@ -172,24 +155,18 @@ func riverMiddleware(tp trace.TracerProvider) []rivertype.Middleware {
 	})}
 }
 
-// Start begins working intents. It returns once River has started; work
-// goes on in the background until Stop.
+// Start begins working intents. It returns once River has started and the
+// queue is fetching; work goes on in the background until Stop.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	if err := d.prepare(ctx); err != nil {
 		return err
 	}
 	// River stops hard when its start context ends; shutdown goes through
 	// Stop instead, so it can be graceful.
-	for i, c := range d.clients {
-		if err := c.Start(context.WithoutCancel(ctx)); err != nil {
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			for _, started := range d.clients[:i] {
-				_ = started.Stop(stopCtx)
-			}
-			cancel()
-			return err
-		}
+	if err := d.client.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
 	}
+	d.startQueue(ctx)
 	return nil
 }
 
@@ -224,16 +201,17 @@ func (d *Dispatcher) claimRules(namespace string) *intentstore.ClaimRules {
 // classified like any other lost call, and its settlement is still
 // written) and Stop returns ctx's error.
 func (d *Dispatcher) Stop(ctx context.Context) error {
-	errs := make([]error, len(d.clients))
+	var riverErr, queueErr error
 	var wg sync.WaitGroup
-	for i, c := range d.clients {
-		wg.Go(func() { errs[i] = d.stopClient(ctx, c) })
+	wg.Go(func() { riverErr = d.stopClient(ctx, d.client) })
+	if d.queue != nil {
+		wg.Go(func() { queueErr = d.queue.stop(ctx, 10*time.Second) })
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return errors.Join(errs...)
+	return errors.Join(riverErr, queueErr)
 }
 
 func (d *Dispatcher) stopClient(ctx context.Context, c *river.Client[pgx.Tx]) error {

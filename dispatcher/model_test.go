@@ -364,6 +364,10 @@ type modelEnv struct {
 	// borders counts, over the run, the border inputs met: stale operator
 	// actions refused, look-ups answered with a fault, answers lost.
 	borders struct{ staleRefused, lookupFaults, lostAcks int }
+	// queue counts, over the run, the queue's claims (one at a time and in
+	// batches), the intents they claimed, and the queued claims handed to
+	// River's jobs (take-overs).
+	queue struct{ claims, batches, claimed, handedOver int }
 }
 
 // modelView is an intent as the operator looked at it, some steps before
@@ -396,8 +400,9 @@ var modelLookups = []modelLookup{
 // modelLostAcks are the writes whose answer lose_ack can lose after the
 // server committed them, by a text of their SQL (LostAckProxy).
 var modelLostAcks = []struct{ Name, SQL string }{
-	{"load_and_claim", "AS claim_first_used"}, // the common claim: twice the weight
-	{"load_and_claim", "AS claim_first_used"},
+	{"claim_queued", "AS claimed_id"}, // the common claim: twice the weight
+	{"claim_queued", "AS claimed_id"},
+	{"load_and_claim", "LEFT JOIN claimed c ON true"},
 	{"claim", "SELECT attempt_count, provider_key, key_namespace, key_first_used_at FROM claimed"},
 	{"settle", "claimed_attempt = NULL"},
 	{"operator_commit", ""}, // the COMMIT of an operator's transaction: twice too
@@ -501,6 +506,7 @@ func TestModel(t *testing.T) {
 			{"record", m.actRecord},
 			{"step", m.actStep},
 			{"step", m.actStep},
+			{"claim_batch", m.actClaimBatch},
 			{"crash", m.actCrash},
 			{"park", m.actPark},
 			{"release", m.actRelease},
@@ -536,6 +542,11 @@ func TestModel(t *testing.T) {
 	t.Logf("ordered intents: %d recorded waiting, %d released, %d cancelled by the dispatcher", env.ordered[0], env.ordered[1], env.ordered[2])
 	t.Logf("borders: %d stale operator actions refused, %d look-ups answered with a fault, %d answers lost (%d by the proxy)",
 		env.borders.staleRefused, env.borders.lookupFaults, env.borders.lostAcks, env.proxy.Lost())
+	t.Logf("queue: %d claims (%d of batches) claimed %d intents; %d queued claims handed to River",
+		env.queue.claims, env.queue.batches, env.queue.claimed, env.queue.handedOver)
+	if !t.Failed() && (env.queue.batches == 0 || env.queue.handedOver == 0) {
+		t.Errorf("the run never exercised a batch claim or a take-over of a queued claim: %+v", env.queue)
+	}
 	if !t.Failed() && (env.ordered[0] == 0 || env.ordered[1] == 0 || env.ordered[2] == 0) {
 		t.Errorf("the run never exercised one of waiting, release and cancellation by the dispatcher: %v", env.ordered)
 	}
@@ -800,38 +811,165 @@ func (m *model) drawFault(t *rapid.T) faultChoice {
 	return rapid.SampledFrom(modelFaults).Draw(t, "fault")
 }
 
-// run runs one d.work in its own goroutine and waits for it: returns
-// whether it crashed (runtime.Goexit) and its error.
-func (m *model) run(t *rapid.T, id int64) (crashed bool, err error) {
+// run runs one dispatch step for intent id, on the path outboxd run takes
+// for it, in a goroutine of its own, and waits for it: it returns the
+// intent it worked (the queue claims its oldest queued intent, which may be
+// another), whether it crashed (runtime.Goexit) and its error.
+//
+//   - A queued pending intent: the queue claims one (d.claimQueued, as its
+//     fetch loop does) and performs it (d.performClaimed).
+//   - A queued claim (dispatching): its worker is gone, or parked; the
+//     sweep hands every queued claim to River, as it does once they are
+//     older than RescueStuckJobsAfter, and River's job takes it over.
+//   - Anything else is River's: its dispatch job runs (riverWork).
+func (m *model) run(t *rapid.T, id int64) (ran int64, crashed bool, err error) {
 	done := make(chan struct{})
 	returned := false
+	queued, state := m.queued(t, id)
 	go func() {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), modelWait)
 		defer cancel()
-		err = m.d.work(ctx, 0, id)
+		ran, err = m.dispatch(ctx, id, queued, state, func(int64) {})
 		returned = true
 	}()
 	select {
 	case <-done:
 	case <-time.After(modelWait):
-		t.Fatalf("d.work on intent %d did not finish within %s", id, modelWait)
+		t.Fatalf("a dispatch step on intent %d did not finish within %s", id, modelWait)
 	}
 	m.setPlan(plan{})
-	return !returned, err
+	return ran, !returned, err
+}
+
+// dispatch is run's step, in the calling goroutine; claimed is told which
+// intent the queue claimed, before its call.
+func (m *model) dispatch(ctx context.Context, id int64, queued bool, state intenttype.State, claimed func(int64)) (int64, error) {
+	switch {
+	case queued && state == intenttype.StatePending:
+		batch, err := m.d.claimQueued(ctx, 1)
+		m.env.queue.claims++
+		m.env.queue.claimed += len(batch.Claimed)
+		if err != nil || len(batch.Claimed) == 0 {
+			return 0, err
+		}
+		claimed(batch.Claimed[0].Row.ID)
+		m.d.performClaimed(ctx, batch.Claimed[0])
+		return batch.Claimed[0].Row.ID, nil
+	case queued:
+		n, err := m.d.store.HandOverStale(ctx, m.clock.Now().Add(time.Microsecond), 1000)
+		if err != nil {
+			return id, err
+		}
+		m.env.queue.handedOver += n
+	}
+	return id, m.riverWork(ctx, id)
+}
+
+// riverWork is what River does with intent id's dispatch job: it fetches
+// the live job (running), runs the worker's Work on it, and then, as its
+// completer does, completes the job if it is still running (the
+// settlement may have deleted it, or replaced it with a later attempt's),
+// or makes it retryable on an error. A crash (runtime.Goexit) leaves it
+// running, for River's rescuer. With no live job (a step the model takes
+// without River's schedule), Work runs with none.
+func (m *model) riverWork(ctx context.Context, id int64) error {
+	var jobID int64
+	err := m.env.pool.QueryRow(ctx, `UPDATE river_job SET state = 'running', attempt = attempt + 1, attempted_at = now()
+		WHERE id = (SELECT id FROM river_job WHERE kind = 'outbox_dispatch' AND (args->>'intent_id')::bigint = $1
+		            AND state IN ('available', 'scheduled', 'retryable', 'running') ORDER BY id LIMIT 1)
+		RETURNING id`, id).Scan(&jobID)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return &modelError{err}
+	}
+	workErr := m.d.work(ctx, jobID, id)
+	if jobID != 0 {
+		next := "completed"
+		if workErr != nil {
+			next = "retryable"
+		}
+		if _, err := m.env.pool.Exec(ctx, `UPDATE river_job SET state = $2::river_job_state,
+			finalized_at = CASE WHEN $2::text = 'completed' THEN now() END
+			WHERE id = $1 AND state = 'running'`, jobID, next); err != nil {
+			return &modelError{err}
+		}
+	}
+	return workErr
+}
+
+// modelError is a failure of the model's own emulation (not of the code
+// under test): the case stops.
+type modelError struct{ err error }
+
+func (e *modelError) Error() string { return "model: " + e.err.Error() }
+
+// queued reads whether the queue holds intent id, and its state.
+func (m *model) queued(t *rapid.T, id int64) (bool, intenttype.State) {
+	var q bool
+	var s intenttype.State
+	if err := m.env.pool.QueryRow(context.Background(), `SELECT queued, state FROM outbox_intents WHERE id = $1`, id).Scan(&q, &s); err != nil {
+		t.Fatalf("intent %d: %v", id, err)
+	}
+	return q, s
 }
 
 func (m *model) step(t *rapid.T, what string, id int64, f faultChoice, in interrupt) {
 	before := m.state(t, id)
 	m.setPlan(plan{fault: f, interrupt: in})
-	crashed, err := m.run(t, id)
+	ran, crashed, err := m.run(t, id)
+	if me := (*modelError)(nil); errors.As(err, &me) {
+		t.Fatal(me)
+	}
 	res := fmt.Sprintf("%s → %s", before, m.state(t, id))
+	if ran != id {
+		res = "the queue claimed nothing"
+		if ran != 0 {
+			res = fmt.Sprintf("the queue claimed intent %d: → %s", ran, m.state(t, ran))
+		}
+	}
 	if crashed {
 		res += " (crashed)"
 	} else if err != nil {
 		res += fmt.Sprintf(" (work: %v)", err)
 	}
 	m.note(t, "%s intent %d fault=%s %s: %s", what, id, f.Name, in, res)
+}
+
+// actClaimBatch is the queue claiming a batch of its oldest intents at
+// once, as a fetch loop does, and their workers each calling with a
+// fault of its own, crashing around the call or not; or the process
+// crashing once the claim committed, before any call.
+func (m *model) actClaimBatch(t *rapid.T) {
+	n := rapid.IntRange(2, 4).Draw(t, "batch")
+	dies := rapid.IntRange(0, 5).Draw(t, "process_dies_after_claim") == 0
+	plans := make([]plan, n)
+	for i := range plans {
+		plans[i] = plan{fault: m.drawFault(t), interrupt: rapid.SampledFrom([]interrupt{runThrough, runThrough, crashBefore, crashAfter}).Draw(t, "interrupt")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), modelWait)
+	defer cancel()
+	batch, err := m.d.claimQueued(ctx, n)
+	m.env.queue.claims++
+	m.env.queue.batches++
+	m.env.queue.claimed += len(batch.Claimed)
+	if err != nil || dies {
+		m.note(t, "the queue claims %d: %d claimed, %d handed to River (%v)%s", n, len(batch.Claimed), batch.HandedOver, err,
+			map[bool]string{true: "; the process dies before any call", false: ""}[dies])
+		return
+	}
+	var desc []string
+	for i, l := range batch.Claimed {
+		m.setPlan(plans[i])
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			m.d.performClaimed(ctx, l)
+		}()
+		<-done
+		m.setPlan(plan{})
+		desc = append(desc, fmt.Sprintf("intent %d fault=%s %s → %s", l.Row.ID, plans[i].fault.Name, plans[i].interrupt, m.state(t, l.Row.ID)))
+	}
+	m.note(t, "the queue claims %d: %s; %d handed to River", n, strings.Join(desc, "; "), batch.HandedOver)
 }
 
 func (m *model) actStep(t *rapid.T) {
@@ -875,18 +1013,20 @@ func (m *model) actPark(t *rapid.T) {
 	z := &zombie{intent: id, mode: in, release: make(chan struct{}), parked: make(chan struct{}), done: make(chan struct{}), clock: m.clock}
 	before := m.state(t, id)
 	m.setPlan(plan{fault: f, interrupt: in, zombie: z})
+	queued, state := m.queued(t, id)
 	var err error
 	go func() {
 		defer close(z.done)
 		ctx, cancel := context.WithTimeout(context.Background(), modelWait+time.Minute)
 		defer cancel()
-		err = m.d.work(ctx, 0, id)
+		// The queue may claim another intent: the zombie holds that one.
+		_, err = m.dispatch(ctx, id, queued, state, func(claimed int64) { z.intent = claimed })
 	}()
 	select {
 	case <-z.parked:
 		z.parkedAt = m.clock.Now()
 		m.zombies = append(m.zombies, z)
-		m.note(t, "park intent %d fault=%s %s: %s → %s (worker parked)", id, f.Name, in, before, m.state(t, id))
+		m.note(t, "park intent %d fault=%s %s: %s → %s (worker parked on intent %d)", id, f.Name, in, before, m.state(t, id), z.intent)
 	case <-z.done:
 		// The step made no call (settled without one, or lost its claim).
 		m.setPlan(plan{})
@@ -1176,6 +1316,20 @@ type eventRow struct {
 
 func (m *model) check(t *rapid.T) {
 	ctx := context.Background()
+	// Every pending or dispatching intent belongs to the queue or has a
+	// live River job (invariant 15: nothing waits forever).
+	var orphan int64
+	err := m.env.pool.QueryRow(ctx, `SELECT id FROM outbox_intents i
+		WHERE NOT queued AND state IN ('pending', 'dispatching') AND NOT EXISTS (
+			SELECT 1 FROM river_job j WHERE j.kind = 'outbox_dispatch' AND (j.args->>'intent_id')::bigint = i.id
+			  AND j.state IN ('available', 'scheduled', 'retryable', 'running'))
+		ORDER BY id LIMIT 1`).Scan(&orphan)
+	if err == nil {
+		t.Fatalf("intent %d: %s without the queue or a live River job\n%s", orphan, m.state(t, orphan), m.report(orphan))
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatal(err)
+	}
 	rows, err := m.env.pool.Query(ctx, `SELECT id, provider, state, may_have_acted, coalesce(provider_key, ''), key_generation, attempt_count - budget_from FROM outbox_intents ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)

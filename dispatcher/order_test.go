@@ -169,7 +169,7 @@ func TestResolvedWithAProviderReferenceReleasesWhatFillsFromIt(t *testing.T) {
 			// found its PaymentIntent at Stripe.
 			pi := fixture.ForeignPaymentIntent(t, b.stripe, "", "", charge, 500, "cus_1")
 			if _, err := b.pool.Exec(context.Background(), `
-				UPDATE outbox_intents SET state = 'in_doubt', may_have_acted = true, attempt_count = 1 WHERE id = $1;`, charge); err != nil {
+				UPDATE outbox_intents SET state = 'in_doubt', queued = false, may_have_acted = true, attempt_count = 1 WHERE id = $1;`, charge); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := b.pool.Exec(context.Background(), `DELETE FROM river_job WHERE args @> jsonb_build_object('intent_id', $1::bigint)`, charge); err != nil {

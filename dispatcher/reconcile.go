@@ -150,7 +150,7 @@ const recheckBatch = 100
 // Recheck looks up again, at their providers, the in_doubt intents whose
 // next look-up is due (Config.RecheckDelay, doubling, at most
 // Config.MaxRechecks times), and settles each by what the provider now
-// proves: succeeded, failed, or pending under a new key (enqueued in the
+// proves: succeeded, failed, or pending under a new key (queued in the
 // same transaction). It returns how many it settled out of in_doubt. The
 // leader runs it every Config.RecheckInterval; calling it directly is safe
 // (a settlement applies only to the intent as it was looked up).
@@ -173,7 +173,6 @@ func (d *Dispatcher) Recheck(ctx context.Context) (int, error) {
 		st := intentstore.Settlement{Row: row, From: intenttype.StateInDoubt, MayHaveActed: true}
 		v := d.reconcile(ctx, p, s.request(), d.settledSince(row.LastAttemptAt))
 		d.apply(&st, v, "held in doubt")
-		st.Enqueue = v.to == intenttype.StatePending
 		res, err := d.store.Settle(ctx, st)
 		if err != nil {
 			return moved, fmt.Errorf("dispatcher: recheck: %w", err)

@@ -20,7 +20,7 @@ func (b *testBundle) holdInDoubt(t *testing.T, id int64, attempts int, keyUsedAg
 	ctx := context.Background()
 	if _, err := b.pool.Exec(ctx, `
 		UPDATE outbox_intents
-		SET state = 'in_doubt', attempt_count = $2, may_have_acted = true,
+		SET state = 'in_doubt', queued = false, attempt_count = $2, may_have_acted = true,
 		    provider_key = 'ns.0/' || idempotency_key, key_namespace = 'ns', key_first_used_at = $3
 		WHERE id = $1`, id, attempts, b.clock.Now().Add(-keyUsedAgo)); err != nil {
 		t.Fatal(err)

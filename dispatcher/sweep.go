@@ -29,13 +29,34 @@ func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error {
 	return err
 }
 
-// Sweep re-enqueues every pending or dispatching intent untouched for longer
-// than Config.SweepGrace that has no live dispatch job (one lost to an operator's
-// job deletion, a discarded job, or a bug), in batches, and returns how many
-// it re-enqueued. The leader runs it every Config.SweepInterval; calling it
-// directly is safe, since dispatch jobs are unique per intent.
+// Sweep gives River dispatch jobs to the intents nothing would otherwise
+// move, in batches, and returns how many. Two kinds:
+//
+//   - a queued claim older than Config.RescueStuckJobsAfter: its
+//     dispatcher stopped during the call, or lost its connection and never
+//     came back (a live one settles within its call timeout), so a job
+//     takes it over as River's rescuer would a stuck job;
+//   - a pending or dispatching intent River holds (not queued), untouched
+//     for longer than Config.SweepGrace, that has no live dispatch job
+//     (one lost to an operator's job deletion, a discarded job, a bug).
+//
+// The leader runs it every Config.SweepInterval; calling it directly is
+// safe, since dispatch jobs are unique per intent.
 func (d *Dispatcher) Sweep(ctx context.Context) (int, error) {
 	total := 0
+	for {
+		n, err := d.store.HandOverStale(ctx, d.config.Now().Add(-d.config.RescueStuckJobsAfter), sweepBatch)
+		if err != nil {
+			return total, fmt.Errorf("dispatcher: sweep: %w", err)
+		}
+		if n > 0 {
+			d.config.Logger.WarnContext(ctx, "took over queued claims whose dispatcher stopped", "count", n)
+		}
+		total += n
+		if n < sweepBatch {
+			break
+		}
+	}
 	for {
 		ids, err := d.store.Stranded(ctx, d.config.SweepGrace, sweepBatch)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,11 @@ func (w *dispatchWorker) Timeout(*river.Job[intentstore.DispatchArgs]) time.Dura
 }
 
 func (w *dispatchWorker) Work(ctx context.Context, job *river.Job[intentstore.DispatchArgs]) error {
+	// One of the dispatcher's workers, shared with the queue.
+	if w.d.workers.acquire(ctx, 1) == 0 {
+		return ctx.Err()
+	}
+	defer w.d.workers.release(1)
 	return w.d.work(ctx, job.ID, job.Args.IntentID)
 }
 
@@ -48,9 +54,14 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 		return nil
 	}
 	if err != nil {
-		return d.releaseUnsent(ctx, intentID, now, err)
+		return d.releaseUnsent(ctx, []int64{intentID}, err)
 	}
 	row := loaded.Row
+	if row.Queued {
+		// The queue holds it (ClaimQueued claims it, or its claimer is
+		// calling the provider): a River job never works a queued intent.
+		return nil
+	}
 	if loaded.Claim != nil {
 		p, _ := d.config.Providers.ByName(row.Provider) // the rules name only providers served here
 		st := step{d: d, jobID: jobID, row: row, p: p}
@@ -198,23 +209,25 @@ func (s *step) attempt(ctx context.Context) error {
 		_, span := d.startAttempt(ctx, s.row, s.p.Name())
 		spanError(span, err.Error())
 		span.End()
-		return d.releaseUnsent(ctx, s.row.ID, now, err)
+		return d.releaseUnsent(ctx, []int64{s.row.ID}, err)
 	}
 	return s.perform(ctx, claim)
 }
 
-// releaseUnsent follows a load or claim whose answer never came (err): it
-// may have committed a claim, and this worker knows it did not call the
-// provider, so it says so once the database answers again, instead of
-// leaving an attempt that reads as stopped during its call (DESIGN.md,
-// invariant 15). It returns err: River runs the job again.
-func (d *Dispatcher) releaseUnsent(ctx context.Context, id int64, claimedAt time.Time, err error) error {
-	released, relErr := d.store.ReleaseUnsent(ctx, id, claimedAt, "not called: the claim's answer was lost ("+err.Error()+")")
+// releaseUnsent follows a claim whose answer never came (err): it may have
+// committed, and this worker knows it did not call the provider, so it
+// says so once the database answers again, instead of leaving attempts
+// that read as stopped during their call (DESIGN.md, invariant 15). ids
+// are the intents it may have claimed; nil: unknown (a batch of the
+// queue). It returns err: River runs the job again; the queue claims the
+// released intents again.
+func (d *Dispatcher) releaseUnsent(ctx context.Context, ids []int64, err error) error {
+	released, relErr := d.store.ReleaseUnsent(ctx, ids, err, "not called: the claim's answer was lost ("+err.Error()+")")
 	switch {
 	case relErr != nil:
-		d.config.Logger.WarnContext(ctx, "could not release a claim whose answer was lost", "intent_id", id, "error", relErr)
-	case released:
-		d.config.Logger.InfoContext(ctx, "released a claim whose answer was lost; the provider was not called", "intent_id", id)
+		d.config.Logger.WarnContext(ctx, "could not release a claim whose answer was lost", "intent_ids", ids, "error", relErr)
+	case released > 0:
+		d.config.Logger.InfoContext(ctx, "released a claim whose answer was lost; the provider was not called", "intent_ids", ids, "released", released)
 	}
 	return err
 }
@@ -235,8 +248,7 @@ func (s *step) perform(ctx context.Context, claim intentstore.Claim) error {
 	dec := s.classify(ctx, res, callErr)
 	endAttempt(span, dec)
 	err := s.settle(ctx, dec)
-	var retry *retryError
-	if err != nil && !errors.As(err, &retry) {
+	if err != nil {
 		spanError(span, err.Error())
 	}
 	return err
@@ -282,7 +294,8 @@ func (s *step) classify(ctx context.Context, res providers.Result, callErr error
 		return decision{Settlement: intentstore.Settlement{
 			Row: s.row, From: intenttype.StateDispatching, Attempt: attempt, Outcome: out, To: intenttype.StatePending,
 			MayHaveActed: mayHaveActed, LastError: ae.Error(), JobID: s.jobID,
-		}, retryAfter: ae.RetryAfter}
+			RetryIn: s.d.retryDelay(s.row.AttemptCount-s.row.BudgetFrom, ae.RetryAfter),
+		}}
 	case ae.Outcome == providers.OutcomeRetry && !mayHaveActed:
 		return decision{Settlement: intentstore.Settlement{
 			Row: s.row, From: intenttype.StateDispatching, Attempt: attempt, Outcome: out, To: intenttype.StateFailed,
@@ -317,11 +330,26 @@ func (d *Dispatcher) settledSince(t time.Time) bool {
 	return t.IsZero() || d.config.Now().Sub(t) >= d.config.AbsenceSettleTime
 }
 
-// decision is a settlement with the delay the provider asked for before the
-// next attempt.
+// decision is a settlement as the worker decided it.
 type decision struct {
 	intentstore.Settlement
-	retryAfter time.Duration
+}
+
+// retryDelay is how long an intent that used attempts of its budget waits
+// for the next: the provider's Retry-After when it gave one, otherwise
+// Config.RetryBackoff doubled for each attempt after the first, at most
+// Config.RetryBackoffMax, with ±20% jitter so that intents failing
+// together do not retry together.
+func (d *Dispatcher) retryDelay(attempts int, retryAfter time.Duration) time.Duration {
+	if retryAfter > 0 {
+		return retryAfter
+	}
+	delay := d.config.RetryBackoff
+	for i := 1; i < attempts && delay < d.config.RetryBackoffMax; i++ {
+		delay *= 2
+	}
+	delay = min(delay, d.config.RetryBackoffMax)
+	return time.Duration(float64(delay) * (0.8 + 0.4*rand.Float64()))
 }
 
 // ambiguous decides an intent whose effect may have happened, from the
@@ -338,9 +366,9 @@ func (s *step) ambiguous(ctx context.Context, from intenttype.State, attempt int
 	return decision{Settlement: st}
 }
 
-// settle records a decision and tells River what comes next: nothing when
-// the intent needs no more work, a retry (after the provider's Retry-After,
-// if any) when it is pending again.
+// settle records a decision: the intent's next attempt, if it needs one,
+// is the settlement's too (queued at once, or a River job at its retry
+// time: Settlement.RetryIn), so nothing is left for River to retry.
 func (s *step) settle(ctx context.Context, dec decision) error {
 	d := s.d
 	res, err := d.store.Settle(ctx, dec.Settlement)
@@ -353,24 +381,7 @@ func (s *step) settle(ctx context.Context, dec decision) error {
 	}
 	d.logSettlement(ctx, s, dec, res)
 	d.observe(s.row.Kind, s.row.CreatedAt, s.started, dec.Settlement, res.Applied)
-	if res.State != intenttype.StatePending || !res.Applied {
-		return nil
-	}
-	if dec.retryAfter > 0 {
-		return river.JobSnooze(dec.retryAfter)
-	}
-	return &retryError{id: s.row.ID, lastError: dec.LastError}
-}
-
-// retryError asks River to run an intent's job again, after its retry
-// policy's delay: the intent is pending again.
-type retryError struct {
-	id        int64
-	lastError string
-}
-
-func (e *retryError) Error() string {
-	return fmt.Sprintf("intent %d will be attempted again: %s", e.id, e.lastError)
+	return nil
 }
 
 func (d *Dispatcher) logSettlement(ctx context.Context, s *step, dec decision, res intentstore.Settled) {

@@ -42,7 +42,7 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // per consumer, as Consume processes one: it inserts every message's
 // processed marker in one statement and learns from it which messages are
 // new, runs handler for each new message in batch order, stores all their
-// intents with their dispatch jobs in one statement, and commits. It costs
+// intents, queued for the dispatchers, in one statement, and commits. It costs
 // two round trips to Postgres however many messages there are, besides the
 // handlers' own: BEGIN with the markers, then the intents with COMMIT
 // (ConsumeBatchTx: one for the markers, one for the intents).

@@ -54,7 +54,7 @@ func TestConsumeBatchProcessesEachMessageOnce(t *testing.T) {
 	if ran != 3 {
 		t.Fatalf("handler ran %d times, want 3", ran)
 	}
-	if got, want := b.counts(t), (counts{markers: 3, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+	if got, want := b.counts(t), (counts{markers: 3, orders: 2, intents: 4, events: 4, queued: 4}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 
@@ -66,7 +66,7 @@ func TestConsumeBatchProcessesEachMessageOnce(t *testing.T) {
 	if !res[0].Duplicate || res[0].Intents != nil || res[1].Duplicate || len(res[1].Intents) != 2 {
 		t.Fatalf("second batch = %+v, want duplicate then new", res)
 	}
-	if got, want := b.counts(t), (counts{markers: 4, orders: 3, intents: 6, events: 6, jobs: 6}); got != want {
+	if got, want := b.counts(t), (counts{markers: 4, orders: 3, intents: 6, events: 6, queued: 6}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 
@@ -138,7 +138,7 @@ func TestConsumeBatchRollsBackEverythingOnAnyFailure(t *testing.T) {
 	if err != nil || len(res) != 3 || res[1].Duplicate {
 		t.Fatalf("redelivery = %+v, %v", res, err)
 	}
-	if got, want := b.counts(t), (counts{markers: 3, orders: 3, intents: 6, events: 6, jobs: 6}); got != want {
+	if got, want := b.counts(t), (counts{markers: 3, orders: 3, intents: 6, events: 6, queued: 6}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 }
@@ -199,7 +199,7 @@ func TestConcurrentOverlappingBatchesProcessEachMessageOnce(t *testing.T) {
 	if n := handled.Load(); n != messages {
 		t.Fatalf("%d messages reported processed, want %d", n, messages)
 	}
-	if got, want := b.counts(t), (counts{markers: messages, orders: messages, intents: 2 * messages, events: 2 * messages, jobs: 2 * messages}); got != want {
+	if got, want := b.counts(t), (counts{markers: messages, orders: messages, intents: 2 * messages, events: 2 * messages, queued: 2 * messages}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 }
@@ -230,7 +230,7 @@ func TestConsumeBatchTxLeavesCommitToTheCaller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, queued: 4}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 }
@@ -301,7 +301,7 @@ func TestConsumeBatchRerunsOnTransientErrorsAndNeverCommitsAFailedTransaction(t 
 	if runs["a"] != 2 || runs["b"] != 2 || len(res) != 2 || len(res[0].Intents) != 2 || len(res[1].Intents) != 2 {
 		t.Fatalf("handler runs %v, results %+v; want each message run twice and recorded once", runs, res)
 	}
-	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, queued: 4}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 
@@ -322,7 +322,7 @@ func TestConsumeBatchRerunsOnTransientErrorsAndNeverCommitsAFailedTransaction(t 
 			t.Fatalf("ConsumeBatch after a swallowed error (intents %v) = %v, want an error (pgx.ErrTxCommitRollback without intents)", record, err)
 		}
 	}
-	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, jobs: 4}); got != want {
+	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, queued: 4}); got != want {
 		t.Fatalf("rows after the failed batch = %+v, want %+v (unchanged)", got, want)
 	}
 }

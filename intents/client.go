@@ -49,15 +49,17 @@ type Config struct {
 	TxRetryDelay time.Duration
 
 	// NotifyCooldown is the shortest time between two notifications this
-	// client sends (a Postgres NOTIFY on River's insert channel, inside the
-	// recording transaction) to wake dispatchers when it records intents. A
-	// notified dispatcher fetches the new jobs at once (within its
-	// dispatcher.Config.FetchCooldown); intents committed between two
-	// notifications wait for the next one, or for the dispatcher's poll
-	// (FetchPollInterval). Lower means lower latency from commit to
-	// dispatch; each notification costs a NOTIFY, which briefly serialises
-	// commits. Defaults to DefaultNotifyCooldown (River's own inserts use
-	// its FetchCooldown, 100ms).
+	// client sends (a Postgres NOTIFY on the queue's channel,
+	// intentstore.QueueChannel, inside the recording transaction) to wake
+	// dispatchers when it records intents. A notified dispatcher claims the
+	// new intents at once, and keeps claiming FetchCooldown apart while its
+	// claims find any, so intents committed between two notifications are
+	// claimed with the ones before them; after a quiet spell they wait for
+	// the next notification or the dispatcher's poll (FetchPollInterval).
+	// Lower means lower latency from commit to dispatch; each notification
+	// costs a NOTIFY, which briefly serialises commits. Defaults to
+	// DefaultNotifyCooldown (River's own inserts use its FetchCooldown,
+	// 100ms).
 	NotifyCooldown time.Duration
 
 	// Logger receives retry warnings. Defaults to slog.Default();

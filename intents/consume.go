@@ -68,7 +68,7 @@ type Result struct {
 
 // Consume processes msg exactly once per consumer. In one transaction it
 // inserts the processed marker, runs handler, and stores the intents the
-// handler recorded with their dispatch jobs. A message already processed
+// handler recorded, queued for the dispatchers. A message already processed
 // returns Result{Duplicate: true} and a nil error without running handler.
 //
 // If handler returns an error or panics (a panic is returned as a

@@ -64,7 +64,7 @@ func orderHandler(orderID string) intents.Handler {
 	}
 }
 
-type counts struct{ markers, orders, intents, events, jobs int }
+type counts struct{ markers, orders, intents, events, queued int }
 
 func (b *testBundle) counts(t *testing.T) counts {
 	t.Helper()
@@ -74,7 +74,7 @@ func (b *testBundle) counts(t *testing.T) counts {
 		(SELECT count(*) FROM orders),
 		(SELECT count(*) FROM outbox_intents),
 		(SELECT count(*) FROM outbox_events),
-		(SELECT count(*) FROM river_job WHERE kind = 'outbox_dispatch')`).Scan(&c.markers, &c.orders, &c.intents, &c.events, &c.jobs)
+		(SELECT count(*) FROM outbox_intents WHERE queued)`).Scan(&c.markers, &c.orders, &c.intents, &c.events, &c.queued)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestConsumeRecordsEverythingInOneTransaction(t *testing.T) {
 	if res.Intents[0].Key != "orders:msg-1:payment" || res.Intents[1].Key != "orders:msg-1:receipt" {
 		t.Fatalf("keys = %q, %q", res.Intents[0].Key, res.Intents[1].Key)
 	}
-	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, jobs: 2}); got != want {
+	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, queued: 2}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 	var provider, state, reference string
@@ -142,7 +142,7 @@ func TestSequentialDuplicateRunsNothing(t *testing.T) {
 	if !res.Duplicate || ran {
 		t.Fatalf("redelivery: Duplicate=%v, handler ran=%v; want a duplicate that runs nothing", res.Duplicate, ran)
 	}
-	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, jobs: 2}); got != want {
+	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, queued: 2}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 	// Another consumer of the same message processes it independently.
@@ -194,7 +194,7 @@ func TestConcurrentDuplicatesProduceOneEffectSet(t *testing.T) {
 	if processed != 1 || duplicates != deliveries-1 {
 		t.Fatalf("processed %d, duplicates %d; want 1 and %d", processed, duplicates, deliveries-1)
 	}
-	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, jobs: 2}); got != want {
+	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, queued: 2}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 }
@@ -342,7 +342,7 @@ func TestTransientErrorRerunsTheWholeTransaction(t *testing.T) {
 	if runs != 2 || len(res.Intents) != 2 {
 		t.Fatalf("handler ran %d times, recorded %d intents; want 2 and 2", runs, len(res.Intents))
 	}
-	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, jobs: 2}); got != want {
+	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, queued: 2}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 }
@@ -382,7 +382,7 @@ func TestRecordTxUsesTheCallersTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := b.counts(t), (counts{orders: 1, intents: 2, events: 2, jobs: 2}); got != want {
+	if got, want := b.counts(t), (counts{orders: 1, intents: 2, events: 2, queued: 2}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 
@@ -411,7 +411,7 @@ func TestConsumeTxLeavesCommitToTheCaller(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, jobs: 2}); got != want {
+	if got, want := b.counts(t), (counts{markers: 1, orders: 1, intents: 2, events: 2, queued: 2}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 }

@@ -8,7 +8,7 @@
 // with Duplicate set, running nothing. Otherwise the handler runs with the
 // transaction, makes its own writes through it and records intents with the
 // Recorder. When the handler returns nil, the intents are validated, stored
-// with their idempotency keys and given a dispatch job, and everything
+// with their idempotency keys and queued for the dispatchers, and everything
 // commits together. If anything fails (or the handler panics) nothing is
 // written and the message can be redelivered.
 //

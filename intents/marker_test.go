@@ -33,7 +33,7 @@ func TestConsumeStoresAnyMessageIDExactly(t *testing.T) {
 			t.Fatalf("redelivery of %q = %+v, %v; want a duplicate", id, again, err)
 		}
 	}
-	if got, want := b.counts(t), (counts{markers: len(ids), orders: len(ids), intents: 2 * len(ids), events: 2 * len(ids), jobs: 2 * len(ids)}); got != want {
+	if got, want := b.counts(t), (counts{markers: len(ids), orders: len(ids), intents: 2 * len(ids), events: 2 * len(ids), queued: 2 * len(ids)}); got != want {
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 }

@@ -162,7 +162,7 @@ func TestRecordedStateFollowsThePredecessors(t *testing.T) {
 	}
 
 	// By key, from a later message: a succeeded charge fills at once.
-	if _, err := b.pool.Exec(ctx, `UPDATE outbox_intents SET state = 'succeeded', provider_ref = 'pi_123', finished_at = now() WHERE id = $1`, ch.ID); err != nil {
+	if _, err := b.pool.Exec(ctx, `UPDATE outbox_intents SET state = 'succeeded', queued = false, provider_ref = 'pi_123', finished_at = now() WHERE id = $1`, ch.ID); err != nil {
 		t.Fatal(err)
 	}
 	res, err = b.consume(t, "m2", refund(intents.After{Key: ch.Key, Fill: fillPI}))
@@ -174,7 +174,7 @@ func TestRecordedStateFollowsThePredecessors(t *testing.T) {
 	}
 
 	// A failed charge: the refund is recorded cancelled, saying why.
-	if _, err := b.pool.Exec(ctx, `UPDATE outbox_intents SET state = 'failed' WHERE id = $1`, ch.ID); err != nil {
+	if _, err := b.pool.Exec(ctx, `UPDATE outbox_intents SET state = 'failed', queued = false WHERE id = $1`, ch.ID); err != nil {
 		t.Fatal(err)
 	}
 	res, err = b.consume(t, "m3", refund(intents.After{Key: ch.Key, Fill: fillPI}))

@@ -281,8 +281,8 @@ func (pi *pendingInsert) recorded(from, n int) []Recorded {
 	return out
 }
 
-// queueInsert adds to b the statement that stores pi's intents, their
-// events and their dispatch jobs (intentstore.Store.QueueInsert), once the
+// queueInsert adds to b the statement that stores pi's intents, queued,
+// with their events (intentstore.Store.QueueInsert), once the
 // stored intents they come after are locked and read in tx: all of them at
 // once, in id order, so that two recorders, or a recorder and a group of
 // settlements, cannot wait on each other's locks in a cycle.
@@ -294,8 +294,8 @@ func (c *Client) queueInsert(ctx context.Context, tx pgx.Tx, b *pgx.Batch, pi *p
 	return nil
 }
 
-// insert writes the intents, their "recorded" events and their dispatch jobs
-// in tx, in one round trip.
+// insert writes the intents, queued, with their "recorded" events in tx,
+// in one round trip.
 func (c *Client) insert(ctx context.Context, tx pgx.Tx, msg *Message, prepared []preparedIntent, actor string) ([]Recorded, error) {
 	var pi pendingInsert
 	pi.add(ctx, msg, prepared, actor)

@@ -75,8 +75,8 @@ const (
 	paymentPayload = `{"amount":500,"currency":"usd","customer":"cus_1","payment_method":"pm_card_visa","confirm":true}`
 	emailPayload   = `{"from":{"email":"shop@example.com"},"to":[{"email":"buyer@example.com"}],"subject":"Receipt","text":"Thanks"}`
 
-	// The in-process dispatcher that takes over after the crash. River
-	// requires the rescue delay to exceed the job timeout, 2×CallTimeout+5s.
+	// The in-process dispatcher that takes over after the crash. The
+	// rescue delay must exceed an attempt's bound, 2×CallTimeout+5s.
 	takeoverCallTimeout = time.Second
 	takeoverRescueAfter = 8 * time.Second
 )
@@ -279,23 +279,27 @@ func intentState(t *testing.T, pool *pgxpool.Pool, id int64) (state intenttype.S
 	return state, attemptCount, lastError
 }
 
+// jobState describes who holds the intent: the queue (its claim) and the
+// River dispatch jobs it has.
 func jobState(t *testing.T, pool *pgxpool.Pool, id int64) string {
 	t.Helper()
 	var s string
-	err := pool.QueryRow(context.Background(),
-		`SELECT string_agg(state::text || ' (attempt ' || attempt || ')', ', ') FROM river_job WHERE kind = 'outbox_dispatch' AND args @> jsonb_build_object('intent_id', $1::bigint)`, id).Scan(&s)
+	err := pool.QueryRow(context.Background(), `SELECT CASE WHEN queued THEN 'queued' ELSE 'River''s' END || ', jobs: ' ||
+		coalesce((SELECT string_agg(state::text || ' (attempt ' || attempt || ')', ', ') FROM river_job
+		          WHERE kind = 'outbox_dispatch' AND args @> jsonb_build_object('intent_id', i.id)), 'none')
+		FROM outbox_intents i WHERE id = $1`, id).Scan(&s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-// takeOver waits until the killed dispatcher's job is older than the rescue
-// delay (so River's rescuer, which runs as soon as the new dispatcher leads,
-// takes it at once instead of on its next run 30s later), then starts a
-// fresh in-process dispatcher on the same database and waits until the
-// intent leaves pending and dispatching. A new leader is elected only once
-// the killed one's lease (15s) has lapsed.
+// takeOver waits until the killed dispatcher's claim is older than the
+// rescue delay (so the sweep, which runs as soon as the new dispatcher
+// leads, hands it to a River job at once instead of on its next run a
+// minute later), then starts a fresh in-process dispatcher on the same
+// database and waits until the intent leaves pending and dispatching. A
+// new leader is elected only once the killed one's lease (15s) has lapsed.
 func takeOver(t *testing.T, cr crashed) intenttype.State {
 	t.Helper()
 	ctx := context.Background()
@@ -303,9 +307,8 @@ func takeOver(t *testing.T, cr crashed) intenttype.State {
 	for {
 		var old bool
 		err := cr.pool.QueryRow(ctx, `
-			SELECT coalesce(bool_and(attempted_at < now() - $2::bigint * interval '1 microsecond'), true)
-			FROM river_job
-			WHERE kind = 'outbox_dispatch' AND state = 'running' AND args @> jsonb_build_object('intent_id', $1::bigint)`,
+			SELECT coalesce(bool_and(attempt_started_at < now() - $2::bigint * interval '1 microsecond'), true)
+			FROM outbox_intents WHERE id = $1 AND state = 'dispatching'`,
 			cr.intentID, takeoverRescueAfter.Microseconds()).Scan(&old)
 		if err != nil {
 			t.Fatal(err)
@@ -314,7 +317,7 @@ func takeOver(t *testing.T, cr crashed) intenttype.State {
 			break
 		}
 		if time.Since(start) > 2*takeoverRescueAfter {
-			t.Fatalf("the killed job is not older than %s after %s", takeoverRescueAfter, time.Since(start))
+			t.Fatalf("the killed claim is not older than %s after %s", takeoverRescueAfter, time.Since(start))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -348,7 +351,7 @@ func takeOver(t *testing.T, cr crashed) intenttype.State {
 	for {
 		state, n, lastErr := intentState(t, cr.pool, cr.intentID)
 		if state != intenttype.StatePending && state != intenttype.StateDispatching {
-			t.Logf("intent %d settled %s by the new dispatcher %s after it started (waited %s for the killed job to age first)",
+			t.Logf("intent %d settled %s by the new dispatcher %s after it started (waited %s for the killed claim to age first)",
 				cr.intentID, state, time.Since(started).Round(time.Millisecond), started.Sub(start).Round(time.Millisecond))
 			return state
 		}
@@ -377,8 +380,8 @@ func TestKilledDuringStripeCallIsReplayedNotChargedTwice(t *testing.T) {
 	if a := attempts(t, cr.pool, cr.intentID); len(a) != 1 || a[0].Outcome != nil {
 		t.Fatalf("after the kill the attempts are %s, want one open", formatAttempts(a))
 	}
-	if js := jobState(t, cr.pool, cr.intentID); js != "running (attempt 1)" {
-		t.Fatalf("after the kill the dispatch job is %q, want running (attempt 1)", js)
+	if js := jobState(t, cr.pool, cr.intentID); js != "queued, jobs: none" {
+		t.Fatalf("after the kill the intent is %q, want the queue's claim, with no River job", js)
 	}
 
 	if state := takeOver(t, cr); state != intenttype.StateSucceeded {

@@ -93,9 +93,9 @@ func newActionID() string {
 }
 
 // Resend moves an in_doubt intent back to pending under a new key
-// generation, with a fresh attempt budget, and enqueues its dispatch job,
-// in one transaction: the job is not worked before the commit and
-// disappears if it rolls back. The dispatcher then performs it once more:
+// generation, with a fresh attempt budget, queued for the dispatchers, in
+// one transaction: it is not claimed before the commit, and stays as it was
+// if it rolls back. The dispatcher then performs it once more:
 // the operator has checked (HowToCheck) that the effect did not happen.
 // actor and reason are recorded in the event; reason may be empty. From
 // any other state: a *TransitionError, nothing changed.

@@ -68,8 +68,9 @@ func TestLegalTransitionsWriteOneEventWithActorAndReason(t *testing.T) {
 			t.Fatal(err)
 		}
 		if tc.to == intenttype.StatePending {
-			if !newKey || !freshBudget || after.LiveJobs != 1 || before.LiveJobs != 0 {
-				t.Errorf("%s: new key generation %v, fresh budget %v, live jobs %d -> %d; want a new key, a fresh budget and one new dispatch job", tc.name, newKey, freshBudget, before.LiveJobs, after.LiveJobs)
+			if !newKey || !freshBudget || after.Dispatchable != 1 || before.Dispatchable != 0 {
+				t.Errorf("%s: new key generation %v, fresh budget %v, queued or River jobs %d -> %d; want a new key, a fresh budget, and queued",
+					tc.name, newKey, freshBudget, before.Dispatchable, after.Dispatchable)
 			}
 		} else if !finished || got.FinishedAt == nil {
 			t.Errorf("%s: finished %v; want a finished intent", tc.name, finished)

@@ -119,7 +119,7 @@ func TestActivityRollUpCountsAsTheIntentsDo(t *testing.T) {
 				}
 				// One transaction finishes up to three: they share its now().
 				some := rapid.SliceOfNDistinct(rapid.SampledFrom(ids), 1, 3, rapid.ID).Draw(t, "ids")
-				exec(t, `UPDATE outbox_intents SET state = $2, updated_at = now(), finished_at = now() WHERE id = ANY($1)`,
+				exec(t, `UPDATE outbox_intents SET state = $2, queued = false, updated_at = now(), finished_at = now() WHERE id = ANY($1)`,
 					some, rapid.SampledFrom([]string{"succeeded", "failed", "cancelled"}).Draw(t, "to"))
 			},
 			"in doubt": func(t *rapid.T) {
@@ -127,7 +127,7 @@ func TestActivityRollUpCountsAsTheIntentsDo(t *testing.T) {
 				if len(ids) == 0 {
 					t.Skip("nothing unfinished")
 				}
-				exec(t, `UPDATE outbox_intents SET state = 'in_doubt', updated_at = now() WHERE id = $1`, rapid.SampledFrom(ids).Draw(t, "id"))
+				exec(t, `UPDATE outbox_intents SET state = 'in_doubt', queued = false, updated_at = now() WHERE id = $1`, rapid.SampledFrom(ids).Draw(t, "id"))
 			},
 		})
 	})

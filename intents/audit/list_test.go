@@ -203,7 +203,7 @@ func TestGetByIDOrKeyWithHistoryOldestFirst(t *testing.T) {
 		`INSERT INTO outbox_attempts (intent_id, attempt, started_at, finished_at, outcome, http_status, provider_ref, replayed, error) VALUES
 			($1, 2, now() - interval '1 minute', now(), 'ambiguous', 500, NULL, true, 'server error'),
 			($1, 1, now() - interval '2 minutes', now() - interval '119 seconds', 'retry', 503, NULL, false, 'unavailable')`,
-		`UPDATE outbox_intents SET state = 'in_doubt', attempt_count = 2, last_error = 'ambiguous' WHERE id = $1`,
+		`UPDATE outbox_intents SET state = 'in_doubt', queued = false, attempt_count = 2, last_error = 'ambiguous' WHERE id = $1`,
 		`INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason) VALUES ($1, 'dispatcher', 'pending', 'in_doubt', 'ambiguous')`,
 	} {
 		if _, err := b.pool.Exec(ctx, sql, id); err != nil {

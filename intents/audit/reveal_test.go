@@ -51,7 +51,7 @@ func TestRevealShowsThePayloadAndRecordsWhoAndWhy(t *testing.T) {
 		t.Errorf("Reveal does not show the recipient: %s", d.Intent.Payload)
 	}
 	after := b.snapshot(t, id)
-	if after.Row != before.Row || after.Events != before.Events+1 || after.LiveJobs != before.LiveJobs {
+	if after.Row != before.Row || after.Events != before.Events+1 || after.Dispatchable != before.Dispatchable {
 		t.Errorf("Reveal changed more than one event: %+v -> %+v", before, after)
 	}
 	e := b.lastEvent(t, id)

@@ -16,7 +16,7 @@ type State string
 const (
 	// StateWaiting: recorded after other intents (intents.After) or behind
 	// the earlier intents of its ordering key, and not released yet. No
-	// attempt is made and no dispatch job exists until the transaction that
+	// attempt is made and it is not queued until the transaction that
 	// finishes the last of them moves it to pending (or, when one it comes
 	// after failed or was cancelled, to cancelled).
 	StateWaiting State = "waiting"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -88,6 +89,9 @@ func (s *Store) claimGroup(ctx context.Context, group []*call[ClaimParams, Claim
 				results[i] = queueClaim(b, cl.req)
 			}
 			if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+				for i, cl := range sorted {
+					cl.err = results[i].lost(err)
+				}
 				return err
 			}
 			// Only now has the transaction committed.
@@ -102,7 +106,7 @@ func (s *Store) claimAlone(ctx context.Context, p ClaimParams) (Claim, error) {
 	b := &pgx.Batch{}
 	res := queueClaim(b, p)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return Claim{}, fmt.Errorf("intentstore: claim intent %d: %w", p.Row.ID, err)
+		return Claim{}, res.lost(fmt.Errorf("intentstore: claim intent %d: %w", p.Row.ID, err))
 	}
 	return res.claim()
 }
@@ -111,6 +115,7 @@ func (s *Store) claimAlone(ctx context.Context, p ClaimParams) (Claim, error) {
 type claimResult struct {
 	c     Claim
 	found bool
+	token int64
 }
 
 func (r *claimResult) claim() (Claim, error) {
@@ -120,9 +125,13 @@ func (r *claimResult) claim() (Claim, error) {
 	return r.c, nil
 }
 
+// lost is the error of a claim whose statement failed: it may have
+// committed, its answer lost, so it carries the claim's token.
+func (r *claimResult) lost(err error) error { return &ClaimLostError{Token: r.token, Err: err} }
+
 // queueClaim queues one claim into b.
 func queueClaim(b *pgx.Batch, p ClaimParams) *claimResult {
-	res := &claimResult{}
+	res := &claimResult{token: rand.Int64()}
 	from := p.Row.State
 	claimQ.queue(b, pgx.NamedArgs{
 		"id":              p.Row.ID,
@@ -132,6 +141,7 @@ func queueClaim(b *pgx.Batch, p ClaimParams) *claimResult {
 		"provider_key":    p.ProviderKey,
 		"namespace":       p.Namespace,
 		"now":             p.Now,
+		"token":           res.token,
 		"take_over":       from == intenttype.StateDispatching,
 		"take_over_error": takeOverError,
 	}).QueryRow(func(row pgx.Row) error {
@@ -147,29 +157,36 @@ func queueClaim(b *pgx.Batch, p ClaimParams) *claimResult {
 
 // ReleaseUnsent undoes a claim that may have committed but whose answer
 // was lost (the connection dropped after the commit): the caller knows it
-// did not call the provider, so the attempt is closed as not called
-// (outcome retry) and the intent goes back to pending, "may have acted" as
-// it was, instead of being taken over later as an attempt that stopped
-// during its call (DESIGN.md, invariant 15). The claim is known by its
-// attempt's started_at, the @now the caller claimed with, which the caller
-// never hands out twice (dispatcher's claimTime); another dispatcher's
-// claim of the same intent would have to start at the same microsecond,
-// after this one's release committed, to be taken for it. It reports
-// whether it released one (false:
-// the claim had not committed, or was already settled) and retries
-// transient errors for Config.RetryFor, so it says so once the database is
-// back.
-func (s *Store) ReleaseUnsent(ctx context.Context, id int64, claimedAt time.Time, why string) (bool, error) {
+// did not call the provider, so each attempt the claim opened is closed as
+// not called (outcome retry) and its intent goes back to pending, "may have
+// acted" and queued as they were, instead of being taken over later as an
+// attempt that stopped during its call (DESIGN.md, invariant 15). The
+// claim is known by the token its error carries (ClaimLostError); ids are
+// the intents it may have claimed, or nil when the caller cannot know
+// (a batch of ClaimQueued: the queued claims are searched). It reports how
+// many it released (none: the claim had not committed, or was already
+// settled) and retries transient errors for Config.RetryFor, so it says so
+// once the database is back. An error that carries no token releases
+// nothing.
+func (s *Store) ReleaseUnsent(ctx context.Context, ids []int64, claimErr error, why string) (int, error) {
+	token, ok := claimToken(claimErr)
+	if !ok {
+		return 0, nil
+	}
 	var n int
 	err := s.retryTransient(context.WithoutCancel(ctx), func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, releaseUnsentSQL, pgx.NamedArgs{
-			"id": id, "claimed_at": claimedAt, "finished_at": s.now(), "error": storable(why, maxTextBytes),
+		sql := releaseUnsentByIDSQL
+		if ids == nil {
+			sql = releaseUnsentQueuedSQL
+		}
+		return s.pool.QueryRow(ctx, sql, pgx.NamedArgs{
+			"ids": ids, "token": token, "finished_at": s.now(), "error": storable(why, maxTextBytes),
 		}).Scan(&n)
 	})
 	if err != nil {
-		return false, fmt.Errorf("intentstore: release the unsent claim of intent %d: %w", id, err)
+		return 0, fmt.Errorf("intentstore: release the unsent claim %x: %w", token, err)
 	}
-	return n == 1, nil
+	return n, nil
 }
 
 // claimSQL is the claim every provider call happens under: one statement,
@@ -190,6 +207,8 @@ WITH claimed AS (
         key_namespace = CASE WHEN provider_key IS NULL THEN @namespace ELSE key_namespace END,
         key_first_used_at = coalesce(key_first_used_at, @now),
         may_have_acted = may_have_acted OR @take_over,
+        attempt_started_at = @now,
+        claim_token = @token,
         updated_at = now()
     WHERE id = @id AND state = @from::text AND attempt_count = @seen_attempts AND key_generation = @seen_generation
     RETURNING id, attempt_count, provider_key, coalesce(key_namespace, '') AS key_namespace, key_first_used_at
@@ -205,23 +224,35 @@ opened AS (
 )
 SELECT attempt_count, provider_key, key_namespace, key_first_used_at FROM claimed`
 
-// releaseUnsentSQL closes, as not called, the open attempt of intent @id
-// started at @claimed_at (the claim whose answer its claimer lost), and
-// moves the intent back to pending if that attempt still holds it (as a
-// retry under the same key does: no event; the attempt row and last_error
-// say why). Safe to repeat: once closed, nothing matches.
-const releaseUnsentSQL = `
-WITH closed AS (
-    UPDATE outbox_attempts
-    SET finished_at = @finished_at, outcome = 'retry', error = @error
-    WHERE intent_id = @id AND started_at = @claimed_at AND outcome IS NULL
-    RETURNING attempt
-),
-released AS (
+// releaseUnsentSQL moves back to pending every intent the claim @token
+// holds among those held selects, as a retry under the same key does (no
+// event; the attempt row and last_error say why), and closes, as not
+// called, the attempt it opened. Safe to repeat: once released, nothing
+// matches.
+func releaseUnsentSQL(held string) string {
+	return `
+WITH released AS (
     UPDATE outbox_intents i
-    SET state = 'pending', claimed_attempt = NULL, last_error = @error, updated_at = now()
-    FROM closed c
-    WHERE i.id = @id AND i.state = 'dispatching' AND i.claimed_attempt = c.attempt
-    RETURNING i.id
+    SET state = 'pending', claimed_attempt = NULL, claim_token = NULL, last_error = @error, updated_at = now()
+    WHERE i.id = ANY(ARRAY(` + held + `)) AND i.state = 'dispatching' AND i.claim_token = @token
+    RETURNING i.id, i.attempt_count
+),
+closed AS (
+    UPDATE outbox_attempts a
+    SET finished_at = @finished_at, outcome = 'retry', error = @error
+    FROM released r
+    WHERE a.intent_id = r.id AND a.attempt = r.attempt_count AND a.outcome IS NULL
 )
 SELECT count(*) FROM released`
+}
+
+var (
+	// releaseUnsentByIDSQL releases among the intents of @ids.
+	releaseUnsentByIDSQL = releaseUnsentSQL(`SELECT unnest(@ids::bigint[])`)
+	// releaseUnsentQueuedSQL releases among the queued claims (a batch
+	// whose intents the claimer never learnt): the front of the queue's
+	// index, read only after a lost answer.
+	releaseUnsentQueuedSQL = releaseUnsentSQL(`
+            SELECT id FROM outbox_intents
+            WHERE finished_at IS NULL AND queued AND state = 'dispatching' AND claim_token = @token`)
+)

@@ -224,7 +224,7 @@ func TestRecountRebuildsCounts(t *testing.T) {
 	ctx := context.Background()
 	pool, store := newStore(t)
 	ids := insertIntents(t, pool, store, "raw", 9)
-	if _, err := pool.Exec(ctx, `UPDATE outbox_intents SET state = 'failed', finished_at = now() WHERE id = ANY($1)`, ids[:5]); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE outbox_intents SET state = 'failed', queued = false, finished_at = now() WHERE id = ANY($1)`, ids[:5]); err != nil {
 		t.Fatal(err)
 	}
 	if kept, _ := finishedCounts(t, pool); kept != "" {

@@ -21,8 +21,9 @@ const DispatchQueue = "outbox"
 const DispatchMaxAttempts = 100
 
 // DispatchArgs is the River job that asks the dispatcher to work on one
-// intent. The intent row, not the job, is the system of record: a job whose
-// intent is already terminal completes and does nothing.
+// intent that is not queued: a later attempt, a take-over, a second look.
+// The intent row, not the job, is the system of record: a job whose intent
+// is queued, terminal or in_doubt completes and does nothing.
 type DispatchArgs struct {
 	IntentID int64 `json:"intent_id"`
 }
@@ -48,9 +49,9 @@ func (DispatchArgs) InsertOpts() river.InsertOpts {
 
 // dispatchJob is what every dispatch job's river_job row shares, derived
 // from intenttype.DispatchArgs's InsertOpts the way River derives it (River's
-// insertParamsFromConfigArgsAndOptions), so that the insert statements can write
-// the job in the statement that writes its intent instead of a second round
-// trip through River's InsertManyTx. TestDispatchJobsMatchRiver proves the
+// insertParamsFromConfigArgsAndOptions), so that the statements that give an
+// intent to River can write its job themselves, in the transaction that
+// decides it, instead of a second round trip through River's InsertManyTx. TestDispatchJobsMatchRiver proves the
 // rows equal River's, unique key included.
 type dispatchJob struct {
 	kind         string
@@ -92,13 +93,13 @@ func newDispatchJob() (dispatchJob, error) {
 	args := DispatchArgs{}
 	opts := args.InsertOpts()
 	u := opts.UniqueOpts
-	// insertIntentsSQL computes River's key for ByArgs alone over the args
+	// jobsCTE computes River's key for ByArgs alone over the args
 	// {"intent_id":N}; any other unique option changes River's key.
 	if !u.ByArgs || u.ByPeriod != 0 || u.ByQueue || u.ExcludeKind || len(u.ByState) == 0 {
-		return dispatchJob{}, errors.New("intentstore: DispatchArgs.InsertOpts has unique options insertIntentsSQL does not reproduce")
+		return dispatchJob{}, errors.New("intentstore: DispatchArgs.InsertOpts has unique options jobsCTE does not reproduce")
 	}
 	if opts.Queue == "" || opts.MaxAttempts < 1 || opts.Priority < 0 || opts.Priority > 4 || len(opts.Tags) > 0 || len(opts.Metadata) > 0 || opts.Pending || !opts.ScheduledAt.IsZero() {
-		return dispatchJob{}, errors.New("intentstore: DispatchArgs.InsertOpts has options insertIntentsSQL does not reproduce")
+		return dispatchJob{}, errors.New("intentstore: DispatchArgs.InsertOpts has options jobsCTE does not reproduce")
 	}
 	var mask int32
 	for _, s := range u.ByState {
@@ -148,13 +149,29 @@ func (l *notifyLimiter) due() bool {
 	return true
 }
 
-// insertJobsCTE inserts a River dispatch job for every row of the CTE
-// "inserted" (column id): the intents to dispatch now; see
-// insertIntentsSQL.
-const insertJobsCTE = `jobs AS (
-    INSERT INTO river_job (args, kind, queue, priority, max_attempts, state, metadata, tags, unique_key, unique_states)
+// insertJobsCTE inserts a River dispatch job, available at once, for every
+// row of the CTE "inserted" (column id): the intents River is to work now
+// (the sweep, a hand-over from the queue). The rows are exactly what
+// River's InsertManyTx writes for DispatchArgs (see dispatchJob and
+// TestDispatchJobsMatchRiver): args {"intent_id":N}; kind, queue,
+// priority, max_attempts and the unique-states bitmask from
+// DispatchArgs.InsertOpts; metadata and tags empty; created_at and
+// scheduled_at the database's now(); and unique_key River's ByArgs key,
+// the SHA-256 of "&kind=<kind>&args=<args with sorted keys, compact>". So
+// River's unique index sees these jobs as River's own: a second insert for
+// an intent whose job is live is skipped, as River skips it.
+var insertJobsCTE = jobsCTE("available", "now()")
+
+// scheduledJobsCTE is insertJobsCTE for jobs scheduled @retry_in_us
+// microseconds from now (a later attempt), in River's scheduled state:
+// River's scheduler makes them available when they are due.
+var scheduledJobsCTE = jobsCTE("scheduled", "now() + @retry_in_us::bigint * interval '1 microsecond'")
+
+func jobsCTE(state, scheduledAt string) string {
+	return `jobs AS (
+    INSERT INTO river_job (args, kind, queue, priority, max_attempts, state, scheduled_at, metadata, tags, unique_key, unique_states)
     SELECT jsonb_build_object('intent_id', id), @job_kind::text, @job_queue::text, @job_priority::smallint, @job_max_attempts::smallint,
-        'available', '{}'::jsonb, '{}'::varchar(255)[],
+        '` + state + `', ` + scheduledAt + `, '{}'::jsonb, '{}'::varchar(255)[],
         sha256(convert_to('&kind=' || @job_kind::text || '&args={"intent_id":' || id::text || '}', 'UTF8')),
         nullif(@job_unique_states::integer, 0)::bit(8)
     FROM inserted
@@ -165,14 +182,15 @@ const insertJobsCTE = `jobs AS (
             AND river_job_state_in_bitmask(unique_states, state)
         DO NOTHING
 )`
+}
 
 // enqueueSQL inserts dispatch jobs for existing intents that are pending or
-// dispatching (the sweep, an operator's resend, a proven absence), skipping
-// any intent that has a live job.
-const enqueueSQL = `
+// dispatching and not queued (the sweep), skipping any intent that has a
+// live job.
+var enqueueSQL = `
 WITH inserted AS (
     SELECT id FROM outbox_intents
-    WHERE id = ANY(@ids::bigint[]) AND state IN ('pending', 'dispatching')
+    WHERE id = ANY(@ids::bigint[]) AND state IN ('pending', 'dispatching') AND NOT queued
 ),
 ` + insertJobsCTE + `
 SELECT count(*) FROM inserted`

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -108,8 +109,9 @@ type Loaded struct {
 	Claim *Claim
 }
 
-// LoadClaim reads an intent and, if rules say the dispatcher would attempt
-// it without a second look, claims it from pending in the same statement,
+// LoadClaim reads an intent and, if it is not queued (a River dispatch job
+// works it: see ClaimQueued) and rules say the dispatcher would attempt it
+// without a second look, claims it from pending in the same statement,
 // as Claim does, at now (one round trip instead of a load and a claim).
 // pgx.ErrNoRows when there is no such intent. LoadClaims made at the same
 // time (the workers of one fetch) share a transaction, each under its own
@@ -137,6 +139,9 @@ func (s *Store) loadClaimGroup(ctx context.Context, group []*call[loadClaimReq, 
 				results[i] = queueLoadClaim(b, cl.req)
 			}
 			if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+				for i, cl := range sorted {
+					cl.err = &ClaimLostError{Token: results[i].token, Err: err}
+				}
 				return err
 			}
 			// Only now has the transaction committed.
@@ -151,7 +156,7 @@ func (s *Store) loadClaimAlone(ctx context.Context, req loadClaimReq) (Loaded, e
 	b := &pgx.Batch{}
 	res := queueLoadClaim(b, req)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return Loaded{}, fmt.Errorf("intentstore: load and claim intent %d: %w", req.id, err)
+		return Loaded{}, &ClaimLostError{Token: res.token, Err: fmt.Errorf("intentstore: load and claim intent %d: %w", req.id, err)}
 	}
 	return res.loaded()
 }
@@ -160,6 +165,7 @@ func (s *Store) loadClaimAlone(ctx context.Context, req loadClaimReq) (Loaded, e
 type loadClaimResult struct {
 	found bool
 	out   Loaded
+	token int64
 }
 
 func (r *loadClaimResult) loaded() (Loaded, error) {
@@ -170,10 +176,10 @@ func (r *loadClaimResult) loaded() (Loaded, error) {
 }
 
 func queueLoadClaim(b *pgx.Batch, req loadClaimReq) *loadClaimResult {
-	res := &loadClaimResult{}
+	res := &loadClaimResult{token: rand.Int64()}
 	a := req.rules
 	loadClaimQ.queue(b, pgx.NamedArgs{
-		"id": req.id, "now": req.now, "namespace": a.namespace, "max_attempts": a.maxAttempts,
+		"id": req.id, "now": req.now, "token": res.token, "namespace": a.namespace, "max_attempts": a.maxAttempts,
 		"kinds": a.kinds, "kind_max_attempts": a.kindMaxAttempts,
 		"providers": a.providers, "max_key_lengths": a.providerKeyLimit,
 	}).QueryRow(func(row pgx.Row) error {
@@ -199,41 +205,22 @@ func queueLoadClaim(b *pgx.Batch, req loadClaimReq) *loadClaimResult {
 }
 
 // loadClaimSQL reads an intent (the columns of loadSQL, as they were before
-// this statement) and, when ClaimRules say the dispatcher would attempt it
-// without a second look, claims it from pending as claimSQL does: the
-// claim's columns are NULL when it did not. The rules: pending, no attempt
-// that may have acted, attempts left in the budget (@max_attempts, or the
+// this statement) and, when it is not queued and ClaimRules say the
+// dispatcher would attempt it without a second look, claims it from
+// pending as claimSQL does: the claim's columns are NULL when it did not.
+// The rules (claimRulesCTE, claimFromPending): pending, no attempt that
+// may have acted, attempts left in the budget (@max_attempts, or the
 // kind's), a provider served here (@providers), and a provider key already
 // fixed or derived whole within the provider's limit (@max_key_lengths):
 // "namespace.generation/key", as intenttype.ProviderKey derives it when it
 // fits. The guard is re-checked on the row as it is when the update runs,
 // so of two jobs for one intent only one claims it.
-const loadClaimSQL = `
-WITH rules AS (
-    SELECT i.id,
-        coalesce(k.max_attempts, @max_attempts::integer) AS max_attempts,
-        p.max_key_length,
-        @namespace::text || '.' || i.key_generation::text || '/' || i.idempotency_key AS derived_key
-    FROM outbox_intents i
-    JOIN unnest(@providers::text[], @max_key_lengths::integer[]) AS p(name, max_key_length) ON p.name = i.provider
-    LEFT JOIN unnest(@kinds::text[], @kind_max_attempts::integer[]) AS k(kind, max_attempts) ON k.kind = i.kind
-    WHERE i.id = @id
-),
+var loadClaimSQL = `
+WITH ` + claimRulesCTE(`i.id = @id`) + `,
 claimed AS (
-    UPDATE outbox_intents i
-    SET state = 'dispatching',
-        attempt_count = i.attempt_count + 1,
-        claimed_attempt = i.attempt_count + 1,
-        provider_key = coalesce(i.provider_key, r.derived_key),
-        key_namespace = CASE WHEN i.provider_key IS NULL THEN @namespace::text ELSE i.key_namespace END,
-        key_first_used_at = coalesce(i.key_first_used_at, @now),
-        updated_at = now()
-    FROM rules r
-    WHERE i.id = r.id
+    ` + claimFromPending + `
       AND i.state = 'pending'
-      AND NOT i.may_have_acted
-      AND i.attempt_count - i.budget_from < r.max_attempts
-      AND (i.provider_key IS NOT NULL OR octet_length(r.derived_key) <= r.max_key_length)
+      AND NOT i.queued
     RETURNING i.attempt_count AS claim_attempt, i.provider_key AS claim_key,
         coalesce(i.key_namespace, '') AS claim_namespace, i.key_first_used_at AS claim_first_used
 ),
@@ -245,3 +232,39 @@ SELECT ` + intentColumns + `, c.claim_attempt, c.claim_key, c.claim_namespace, c
 FROM outbox_intents
 LEFT JOIN claimed c ON true
 WHERE outbox_intents.id = @id`
+
+// claimRulesCTE is "rules": for each intent that which (a condition on i)
+// selects, of a provider served here, what ClaimRules allow it: its attempt
+// budget and its provider's longest key, and the key derived for it whole.
+func claimRulesCTE(which string) string {
+	return `rules AS (
+    SELECT i.id,
+        coalesce(k.max_attempts, @max_attempts::integer) AS max_attempts,
+        p.max_key_length,
+        @namespace::text || '.' || i.key_generation::text || '/' || i.idempotency_key AS derived_key
+    FROM outbox_intents i
+    JOIN unnest(@providers::text[], @max_key_lengths::integer[]) AS p(name, max_key_length) ON p.name = i.provider
+    LEFT JOIN unnest(@kinds::text[], @kind_max_attempts::integer[]) AS k(kind, max_attempts) ON k.kind = i.kind
+    WHERE ` + which + `
+)`
+}
+
+// claimFromPending claims, at @now under the claim @token, the intents of
+// "rules" whose row the rules allow to be attempted at once: the update
+// ClaimRules.AttemptsAtOnce describes, to which a statement adds the
+// conditions of its own and its RETURNING.
+const claimFromPending = `UPDATE outbox_intents i
+    SET state = 'dispatching',
+        attempt_count = i.attempt_count + 1,
+        claimed_attempt = i.attempt_count + 1,
+        provider_key = coalesce(i.provider_key, r.derived_key),
+        key_namespace = CASE WHEN i.provider_key IS NULL THEN @namespace::text ELSE i.key_namespace END,
+        key_first_used_at = coalesce(i.key_first_used_at, @now),
+        attempt_started_at = @now,
+        claim_token = @token,
+        updated_at = now()
+    FROM rules r
+    WHERE i.id = ANY(ARRAY(SELECT id FROM rules)) AND i.id = r.id
+      AND NOT i.may_have_acted
+      AND i.attempt_count - i.budget_from < r.max_attempts
+      AND (i.provider_key IS NOT NULL OR octet_length(r.derived_key) <= r.max_key_length)`

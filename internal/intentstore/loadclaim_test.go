@@ -40,7 +40,7 @@ func TestLoadClaimClaimsOnlyWhatTheRulesAllow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			store, load, id := setup(t)
+			store, load, id := setupRiver(t)
 			r := rules()
 			if tc.rules != nil {
 				tc.rules(r)
@@ -70,7 +70,7 @@ func TestLoadClaimClaimsOnlyWhatTheRulesAllow(t *testing.T) {
 	}
 	t.Run("may have acted", func(t *testing.T) {
 		t.Parallel()
-		store, load, id := setup(t)
+		store, load, id := setupRiver(t)
 		// An attempt whose outcome is lost: the intent goes back to
 		// pending, may have acted.
 		c, err := store.Claim(ctx, intentstore.ClaimParams{Row: load(id), ProviderKey: "ns.0/orders:m1", Namespace: "ns", Now: now})
@@ -78,13 +78,21 @@ func TestLoadClaimClaimsOnlyWhatTheRulesAllow(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := store.Settle(ctx, intentstore.Settlement{Row: load(id), From: intenttype.StateDispatching, Attempt: c.Attempt,
-			To: intenttype.StatePending, MayHaveActed: true, LastError: "lost",
+			To: intenttype.StatePending, MayHaveActed: true, LastError: "lost", RetryIn: time.Second,
 			Outcome: &intentstore.AttemptOutcome{Finished: now, Outcome: "retry"}}); err != nil {
 			t.Fatal(err)
 		}
 		got, err := store.LoadClaim(ctx, id, rules(), now)
 		if err != nil || got.Claim != nil || !got.Row.MayHaveActed {
 			t.Fatalf("LoadClaim = %+v, %v; want the row, may have acted, not claimed", got, err)
+		}
+	})
+	t.Run("queued: the queue's, not a River job's", func(t *testing.T) {
+		t.Parallel()
+		store, load, id := setup(t)
+		got, err := store.LoadClaim(ctx, id, rules(), now)
+		if err != nil || got.Claim != nil || !got.Row.Queued || load(id).State != intenttype.StatePending {
+			t.Fatalf("LoadClaim of a queued intent = %+v, %v; want the row, queued, not claimed", got, err)
 		}
 	})
 	t.Run("no such intent", func(t *testing.T) {
@@ -101,7 +109,7 @@ func TestLoadClaimClaimsOnlyWhatTheRulesAllow(t *testing.T) {
 func TestLoadClaimClaimsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store, load, id := setup(t)
+	store, load, id := setupRiver(t)
 	rules := &intentstore.ClaimRules{Namespace: "ns", MaxAttempts: 3, MaxKeyLength: map[string]int{"sendgrid": 0}}
 	const n = 8
 	var wg sync.WaitGroup
@@ -132,11 +140,25 @@ func TestLoadClaimClaimsOnce(t *testing.T) {
 	}
 }
 
-// The statement's rule and ClaimRules.AttemptsAtOnce agree on any row:
-// LoadClaim claims an intent exactly when the Go rule says it would, over
-// every condition the rule names (state, may have acted, the budget and its
-// kind's bound, the provider served here, a key fixed or derived whole
-// within the provider's limit).
+// setupRiver is setup with the intent given to River (not queued), as a
+// retry leaves it: what a dispatch job loads.
+func setupRiver(t *testing.T) (*intentstore.Store, func(id int64) intentstore.Row, int64) {
+	t.Helper()
+	store, load, id := setup(t)
+	if err := store.Unqueue(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	return store, load, id
+}
+
+// The statements' rule and ClaimRules.AttemptsAtOnce agree on any row:
+// LoadClaim claims an intent River holds exactly when the Go rule says it
+// would, and ClaimQueued a queued one, over every condition the rule names
+// (state, may have acted, the budget and its kind's bound, the provider
+// served here, a key fixed or derived whole within the provider's limit);
+// a queued pending intent of a served provider that the rule refuses is
+// handed to a River job, never left in the queue, and LoadClaim never
+// claims a queued one.
 func TestLoadClaimAgreesWithAttemptsAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -171,8 +193,17 @@ func TestLoadClaimAgreesWithAttemptsAtOnce(t *testing.T) {
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return store.InsertTx(ctx, tx, &ib) }); err != nil {
 			rt.Fatal(err)
 		}
+		id := ib.IDs[0]
+		// Each check leaves its intent finished, out of the next ones' queue.
+		defer func() {
+			if _, err := pool.Exec(ctx, `UPDATE outbox_intents SET state = 'failed', queued = false, claimed_attempt = NULL,
+				finished_at = now() WHERE id = $1`, id); err != nil {
+				rt.Fatal(err)
+			}
+		}()
 		state := rapid.SampledFrom([]intenttype.State{intenttype.StatePending, intenttype.StatePending, intenttype.StateDispatching,
 			intenttype.StateInDoubt, intenttype.StateWaiting, intenttype.StateFailed}).Draw(rt, "state")
+		queued := (state == intenttype.StatePending || state == intenttype.StateDispatching) && rapid.Bool().Draw(rt, "queued")
 		attempts := rapid.IntRange(0, 4).Draw(rt, "attempts")
 		budgetFrom := rapid.IntRange(0, attempts).Draw(rt, "budget_from")
 		var providerKey *string
@@ -184,21 +215,46 @@ func TestLoadClaimAgreesWithAttemptsAtOnce(t *testing.T) {
 			UPDATE outbox_intents
 			SET state = $2::text, attempt_count = $3::integer, budget_from = $4, may_have_acted = $5, provider_key = $6,
 				key_generation = $7, claimed_attempt = CASE WHEN $2::text = 'dispatching' THEN $3::integer END,
-				finished_at = CASE WHEN $2::text = 'failed' THEN now() END
-			WHERE id = $1`, ib.IDs[0], state, attempts, budgetFrom, rapid.Bool().Draw(rt, "may_have_acted"), providerKey,
-			generation); err != nil {
+				finished_at = CASE WHEN $2::text = 'failed' THEN now() END, queued = $8
+			WHERE id = $1`, id, state, attempts, budgetFrom, rapid.Bool().Draw(rt, "may_have_acted"), providerKey,
+			generation, queued); err != nil {
 			rt.Fatal(err)
 		}
-		before, err := store.Load(ctx, ib.IDs[0])
+		before, err := store.Load(ctx, id)
 		if err != nil {
 			rt.Fatal(err)
 		}
-		got, err := store.LoadClaim(ctx, ib.IDs[0], rules, time.Now())
+		rule := rules.AttemptsAtOnce(before)
+		if !queued {
+			got, err := store.LoadClaim(ctx, id, rules, time.Now())
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if (got.Claim != nil) != rule {
+				rt.Fatalf("LoadClaim claimed: %v; AttemptsAtOnce: %v; row %+v, rules %+v", got.Claim != nil, rule, before, rules)
+			}
+			return
+		}
+		if got, err := store.LoadClaim(ctx, id, rules, time.Now()); err != nil || got.Claim != nil {
+			rt.Fatalf("LoadClaim of a queued intent = %+v, %v; want no claim", got.Claim, err)
+		}
+		batch, err := store.ClaimQueued(ctx, rules, 1, time.Now())
 		if err != nil {
 			rt.Fatal(err)
 		}
-		if want := rules.AttemptsAtOnce(before); (got.Claim != nil) != want {
-			rt.Fatalf("LoadClaim claimed: %v; AttemptsAtOnce: %v; row %+v, rules %+v", got.Claim != nil, want, before, rules)
+		after, err := store.Load(ctx, id)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		_, served := rules.MaxKeyLength[provider]
+		picked := state == intenttype.StatePending && served
+		switch {
+		case (len(batch.Claimed) == 1) != rule:
+			rt.Fatalf("ClaimQueued claimed %d; AttemptsAtOnce: %v; row %+v, rules %+v", len(batch.Claimed), rule, before, rules)
+		case picked && !rule && (after.Queued || batch.HandedOver != 1):
+			rt.Fatalf("ClaimQueued left a queued intent the rule refuses %+v (handed over %d), want it given to River", after, batch.HandedOver)
+		case !picked && (!after.Queued || batch.HandedOver != 0):
+			rt.Fatalf("ClaimQueued took %+v (handed over %d), which it may not", after, batch.HandedOver)
 		}
 	})
 }

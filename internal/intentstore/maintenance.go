@@ -22,8 +22,9 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, ids []int64) error {
 	return nil
 }
 
-// Stranded returns up to limit unfinished intents (pending or dispatching),
-// untouched for longer than grace, that have no live dispatch job.
+// Stranded returns up to limit unfinished intents (pending or dispatching)
+// that are not queued, untouched for longer than grace, and have no live
+// dispatch job: River holds them, and they lost their job.
 func (s *Store) Stranded(ctx context.Context, grace time.Duration, limit int) ([]int64, error) {
 	rows, err := s.pool.Query(ctx, strandedSQL, pgx.NamedArgs{"grace_us": grace.Microseconds(), "job_kind": s.job.kind, "limit": limit})
 	if err != nil {
@@ -98,12 +99,13 @@ func (s *Store) jobArgs(args pgx.NamedArgs) pgx.NamedArgs {
 	return args
 }
 
-// strandedSQL finds unfinished intents with no live dispatch job. River's
-// GIN index on river_job.args serves the containment test.
+// strandedSQL finds unfinished intents River holds (not queued) with no
+// live dispatch job, in the back of the unfinished index. River's GIN
+// index on river_job.args serves the containment test.
 const strandedSQL = `
 SELECT i.id
 FROM outbox_intents i
-WHERE i.finished_at IS NULL AND i.state IN ('pending', 'dispatching')
+WHERE i.finished_at IS NULL AND NOT i.queued AND i.state IN ('pending', 'dispatching')
   AND i.updated_at < now() - (@grace_us::bigint * interval '1 microsecond')
   AND NOT EXISTS (
       SELECT 1 FROM river_job j

@@ -64,6 +64,8 @@ var (
 	enqueueQ       = mustNamed(enqueueSQL)
 	loadClaimQ     = mustNamed(loadClaimSQL)
 	claimQ         = mustNamed(claimSQL)
+	claimQueuedQ   = mustNamed(claimQueuedSQL)
+	scheduleRetryQ = mustNamed(scheduleRetrySQL)
 	settleQ        = mustNamed(settleSQL)
 	settledQ       = mustNamed(settledSQL)
 	countFinishedQ = mustNamed(countFinishedSQL)

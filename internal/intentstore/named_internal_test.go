@@ -19,7 +19,7 @@ func TestNamedSQLRewritesAsPgxDoes(t *testing.T) {
 		WHERE x @> y AND @job_kind = @notice`,
 		settleSQL, settledSQL, loadClaimSQL, claimSQL, countFinishedSQL, insertIntentSQL, insertIntentsSQL,
 		insertMarkerSQL, insertMarkersSQL, notifySQL, enqueueSQL, bumpOrderingKeysSQL, insertOrderedSQL,
-		cascadeSQL, lockReleasedKeysSQL, releaseSQL,
+		cascadeSQL, lockReleasedKeysSQL, releaseSQL, claimQueuedSQL, scheduleRetrySQL,
 	} {
 		want, wantArgs, err := args.RewriteQuery(context.Background(), nil, sql, nil)
 		if err != nil {

@@ -98,7 +98,8 @@ func (s *Store) actTx(ctx context.Context, a OperatorAction, allowed []intenttyp
 			return err
 		}
 		if a.Kind == intenttype.ActionResend {
-			return s.EnqueueTx(ctx, tx, []int64{a.IntentID})
+			_, err := tx.Exec(ctx, queueNotifySQL)
+			return err
 		}
 		if to.Terminal() && seen.waitedFor {
 			if err := s.releaseTx(ctx, tx, []int64{a.IntentID}); err != nil {
@@ -238,10 +239,10 @@ SELECT EXISTS (SELECT 1 FROM outbox_events WHERE intent_id = @id AND action_id =
 // resendSQL is an operator's resend of an in_doubt intent: back to pending
 // under a new key generation (the operator checked the effect did not
 // happen, and the old key would replay its saved answer), with a fresh
-// attempt budget.
+// attempt budget, queued.
 const resendSQL = `
 UPDATE outbox_intents
-SET state = 'pending', key_generation = key_generation + 1, provider_key = NULL, key_namespace = NULL,
+SET state = 'pending', queued = true, key_generation = key_generation + 1, provider_key = NULL, key_namespace = NULL,
     key_first_used_at = NULL, may_have_acted = false, budget_from = attempt_count,
     recheck_at = NULL, recheck_count = 0, updated_at = now()
 WHERE id = @id`
@@ -250,7 +251,7 @@ WHERE id = @id`
 // or failed.
 const finishSQL = `
 UPDATE outbox_intents
-SET state = @to::text, recheck_at = NULL, updated_at = now(), finished_at = now(),
+SET state = @to::text, queued = false, recheck_at = NULL, updated_at = now(), finished_at = now(),
     provider_ref = coalesce(@provider_ref::text, provider_ref)
 WHERE id = @id`
 

@@ -471,14 +471,14 @@ func jsonString(s string) string {
 
 // queueInsertOrdered adds to b the statements that store ib's intents when
 // some are ordered: the ordering keys' numbers, then the intents with
-// their events, dependencies and the dispatch jobs of those that go at
-// once, then the count of those recorded cancelled.
+// their events and dependencies, those that go at once queued, then the
+// count of those recorded cancelled.
 func (s *Store) queueInsertOrdered(b *pgx.Batch, ib *InsertBatch) {
 	p := ib.plan()
 	if len(p.bumpKeys) > 0 {
 		bumpOrderingKeysQ.queue(b, pgx.NamedArgs{"keys": p.bumpKeys, "counts": p.bumpCounts})
 	}
-	insertOrderedQ.queue(b, s.jobArgs(pgx.NamedArgs{
+	insertOrderedQ.queue(b, pgx.NamedArgs{
 		"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
 		"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
 		"message_ids": ib.messageIDs, "actors": ib.actors,
@@ -488,7 +488,7 @@ func (s *Store) queueInsertOrdered(b *pgx.Batch, ib *InsertBatch) {
 		"templated": p.templated, "followed": p.followed,
 		"dep_ords": p.depOrds, "dep_after_ords": p.depAfterOrd, "dep_after_ids": p.depAfterIDs,
 		"dep_fills": p.depFills, "dep_done": p.depDone,
-	})).Query(ib.collectIDs)
+	}).Query(ib.collectIDs)
 	if len(p.cancelled) > 0 {
 		b.Queue(countRecordedFinishedSQL, pgx.NamedArgs{"keys": p.cancelled})
 	}
@@ -499,7 +499,7 @@ func (s *Store) queueInsertOrdered(b *pgx.Batch, ib *InsertBatch) {
 // waits for them: the cancellations down the chain of what comes after one
 // that failed or was cancelled, then, under the locks of the ordering keys
 // concerned, the release of every waiting intent that nothing holds any
-// longer, with its dispatch job. Its statements read the intents' states
+// longer, to the queue. Its statements read the intents' states
 // when they run, so they are right whatever the earlier statements did (a
 // guard that no longer held), however many settlements share the
 // transaction, and when they are run again (they find nothing left to do).
@@ -566,9 +566,9 @@ func (s *Store) cascadeFurther(ctx context.Context, tx pgx.Tx, followed []int64)
 // ordering keys concerned and the release under it (see releaseTx).
 func (s *Store) queueReleaseUnderLocks(b *pgx.Batch, ids []int64) {
 	lockReleasedKeysQ.queue(b, pgx.NamedArgs{"ids": ids})
-	releaseQ.queue(b, s.jobArgs(releaseEdge.args(pgx.NamedArgs{
-		"ids": ids, "why_after": whyReleasedAfter, "why_turn": whyReleasedTurn, "notice": s.job.notice,
-	})))
+	releaseQ.queue(b, releaseEdge.args(pgx.NamedArgs{
+		"ids": ids, "why_after": whyReleasedAfter, "why_turn": whyReleasedTurn,
+	}))
 }
 
 // The statements of ordering, beside the Go that decides and queues them.
@@ -604,9 +604,9 @@ ORDER BY ordering_key
 ON CONFLICT (ordering_key) DO UPDATE SET last_seq = o.last_seq + EXCLUDED.last_seq`
 
 // insertOrderedSQL stores a batch that holds ordered intents, as
-// recordPlan decided them, with their "recorded" events, their
-// dependency rows and the dispatch jobs of those that go at once
-// (insertIntentsSQL's jobs). Its snapshot is taken after
+// recordPlan decided them, with their "recorded" events and their
+// dependency rows, those that go at once queued (as insertIntentsSQL
+// queues every intent). Its snapshot is taken after
 // bumpOrderingKeysSQL locked the keys, so an intent of a key recorded
 // before by another transaction is seen: while one is unfinished, an
 // intent of the key that would go waits instead. The ids are drawn from
@@ -643,7 +643,7 @@ decided AS (
 stored AS (
     INSERT INTO outbox_intents (id, idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
                                 trace_parent, trace_state, state, waiting_for, ordering_key, key_seq,
-                                finished_at, last_error, has_dependents)
+                                finished_at, last_error, has_dependents, queued)
     OVERRIDING SYSTEM VALUE
     SELECT d.id, d.idempotency_key, d.kind, d.provider, d.name,
         CASE WHEN d.fill = '{}' THEN d.payload ELSE d.payload || d.fill END,
@@ -651,7 +651,7 @@ stored AS (
         d.recorded_state, d.waiting_for, d.ordering_key, k.last_seq - d.seq_back,
         CASE WHEN d.recorded_state = 'cancelled' THEN now() END,
         CASE WHEN d.recorded_state = 'cancelled' THEN d.recorded_reason END,
-        d.followed
+        d.followed, d.recorded_state = 'pending'
     FROM decided d
     LEFT JOIN outbox_ordering_keys k ON k.ordering_key = d.ordering_key
     ORDER BY d.ord
@@ -668,11 +668,7 @@ dependencies AS (
                 @dep_done::boolean[]) AS dp(ord, after_ord, after_id, fill, done)
     JOIN input i ON i.ord = dp.ord
     LEFT JOIN input p ON p.ord = dp.after_ord
-),
-inserted AS (
-    SELECT id FROM decided WHERE recorded_state = 'pending'
-),
-` + insertJobsCTE + `
+)
 SELECT id, idempotency_key FROM stored ORDER BY id`
 
 // The release statements run in every transaction that finishes intents,
@@ -778,11 +774,11 @@ WHERE ordering_key = ANY(ARRAY(SELECT ordering_key FROM keys))
 ORDER BY ordering_key
 FOR UPDATE`
 
-// releaseSQL moves to pending, with a dispatch job, each waiting intent
-// that nothing holds any longer: no predecessor left and no earlier
-// unfinished intent of its key, among what comes after a succeeded intent
-// of @ids and the next unfinished intent of each key reached; and wakes the
-// dispatchers if it released one.
+// releaseSQL moves to pending, queued, each waiting intent that nothing
+// holds any longer: no predecessor left and no earlier unfinished intent
+// of its key, among what comes after a succeeded intent of @ids and the
+// next unfinished intent of each key reached; and wakes the dispatchers if
+// it released one.
 const releaseSQL = `
 WITH RECURSIVE ` + reachedCTE + `,
 turns AS (
@@ -806,7 +802,7 @@ candidates AS (
 ),
 released AS (
     UPDATE outbox_intents me
-    SET state = @to::text, updated_at = now()
+    SET state = @to::text, queued = true, updated_at = now()
     FROM candidates c
     WHERE me.id = ANY(ARRAY(SELECT id FROM candidates)) AND me.id = c.id
       AND me.state = @from::text AND me.waiting_for = 0
@@ -819,12 +815,8 @@ events AS (
     INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
     SELECT id, @actor::text, @from::text, @to::text, why FROM released
 ),
-inserted AS (
-    SELECT id FROM released
-),
-` + insertJobsCTE + `,
 notified AS (
-    SELECT pg_notify(current_schema() || '.river_insert', @notice::text)
+    SELECT pg_notify(current_schema() || '.` + QueueChannel + `', '')
     FROM (SELECT 1 FROM released LIMIT 1) x
 )
-SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM notified)`
+SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified)`

@@ -128,9 +128,9 @@ func QueueInsertMarkers(b *pgx.Batch, consumers, messageIDs []string, inserted f
 	})
 }
 
-// QueueInsert adds to b the statement that stores ib's intents, their
-// "recorded" events and their dispatch jobs, and a notification to wake
-// dispatchers when one is due. Sent with the transaction's COMMIT in one
+// QueueInsert adds to b the statement that stores ib's intents, queued
+// (see ClaimQueued), with their "recorded" events, and a notification to
+// wake dispatchers when one is due. Sent with the transaction's COMMIT in one
 // batch, the whole write costs one round trip; nothing is dispatched before
 // that commit, and nothing remains if the transaction rolls back. The
 // stored predecessors of ib's ordered intents must have been locked and
@@ -150,19 +150,19 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 		return err
 	}
 	if ib.Len() == 1 {
-		insertIntentQ.queue(b, s.jobArgs(pgx.NamedArgs{
+		insertIntentQ.queue(b, pgx.NamedArgs{
 			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
 			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
 			"message_id": ib.messageIDs[0], "actor": ib.actors[0],
 			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0],
-		})).Query(collect)
+		}).Query(collect)
 	} else {
-		insertIntentsQ.queue(b, s.jobArgs(pgx.NamedArgs{
+		insertIntentsQ.queue(b, pgx.NamedArgs{
 			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
 			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
 			"message_ids": ib.messageIDs, "actors": ib.actors,
 			"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
-		})).Query(ib.collectIDs)
+		}).Query(ib.collectIDs)
 	}
 	s.queueNotify(b)
 }
@@ -170,7 +170,7 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 // queueNotify adds the notification that wakes dispatchers, when one is due.
 func (s *Store) queueNotify(b *pgx.Batch) {
 	if s.notify.due() {
-		notifyQ.queue(b, pgx.NamedArgs{"notice": s.job.notice})
+		b.Queue(queueNotifySQL)
 	}
 }
 
@@ -209,7 +209,7 @@ func (ib *InsertBatch) collectIDs(rows pgx.Rows) error {
 	return err
 }
 
-// InsertTx stores ib's intents with their events and dispatch jobs in tx,
+// InsertTx stores ib's intents, queued, with their events in tx,
 // in one round trip (two when it must lock predecessors the caller did not
 // read). A key already stored is a *intenttype.DuplicateKeyError.
 func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, ib *InsertBatch) error {
@@ -260,28 +260,17 @@ ORDER BY consumer, message_id
 ON CONFLICT (consumer, message_id) DO NOTHING
 RETURNING consumer, message_id`
 
-// insertIntentsSQL stores intents, their "recorded" events and their River
-// dispatch jobs in one statement, returning each stored intent's id with its
-// key, in id order (the caller checks the keys against its input, and
-// puts them back in input order by key should they differ). consumer,
-// message_id, the trace context and the event's actor are per row, so one
-// statement serves a whole batch of messages. It neither numbers nor sorts
-// its input, and the only join is the events' hash join to their actors:
-// numbering, sorting and joining the input back for the output was, for a
-// batch of a hundred intents, most of what the statement cost beyond the
-// rows themselves.
-//
-// The river_job rows are exactly what River's InsertManyTx writes for
-// DispatchArgs (see dispatchJob and TestDispatchJobsMatchRiver): args
-// {"intent_id":N}; kind, queue, priority, max_attempts and the unique-states
-// bitmask from DispatchArgs.InsertOpts; metadata and tags empty; created_at
-// and scheduled_at the database's now(); state available; and unique_key
-// River's ByArgs key, the SHA-256 of "&kind=<kind>&args=<args with sorted
-// keys, compact>". So River's unique index sees these jobs as River's own:
-// the sweep's insert of the same intent is skipped as a duplicate while this
-// job is live. The conflict clause is River's; a fresh intent id cannot
-// conflict, it is there so that a conflict would be skipped as River skips
-// it, never fail the message.
+// insertIntentsSQL stores intents, queued, with their "recorded" events,
+// in one statement, returning each stored intent's id with its key, in id
+// order (the caller checks the keys against its input, and puts them back
+// in input order by key should they differ). consumer, message_id, the
+// trace context and the event's actor are per row, so one statement serves
+// a whole batch of messages. It neither numbers nor sorts its input, and
+// the only join is the events' hash join to their actors: numbering,
+// sorting and joining the input back for the output was, for a batch of a
+// hundred intents, most of what the statement cost beyond the rows
+// themselves. No River job is written: the dispatchers claim queued
+// intents themselves (ClaimQueued).
 const insertIntentsSQL = `
 WITH input AS (
     SELECT *
@@ -293,22 +282,17 @@ WITH input AS (
 ),
 stored AS (
     INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
-                                trace_parent, trace_state)
-    SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state
+                                trace_parent, trace_state, queued)
+    SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state, true
     FROM input
     RETURNING id, idempotency_key
 ),
-inserted AS (
-    SELECT stored.id, input.actor
-    FROM stored
-    JOIN input USING (idempotency_key)
-),
 events AS (
     INSERT INTO outbox_events (intent_id, actor, to_state, reason)
-    SELECT id, actor, 'pending', 'recorded'
-    FROM inserted
-),
-` + insertJobsCTE + `
+    SELECT stored.id, input.actor, 'pending', 'recorded'
+    FROM stored
+    JOIN input USING (idempotency_key)
+)
 SELECT id, idempotency_key FROM stored ORDER BY id`
 
 // insertIntentSQL is insertIntentsSQL for the common case of one intent,
@@ -316,17 +300,13 @@ SELECT id, idempotency_key FROM stored ORDER BY id`
 const insertIntentSQL = `
 WITH stored AS (
     INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
-                                trace_parent, trace_state)
-    VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id, @trace_parent, @trace_state)
+                                trace_parent, trace_state, queued)
+    VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id, @trace_parent, @trace_state, true)
     RETURNING id
-),
-inserted AS (
-    SELECT id FROM stored
 ),
 events AS (
     INSERT INTO outbox_events (intent_id, actor, to_state, reason)
     SELECT id, @actor, 'pending', 'recorded'
-    FROM inserted
-),
-` + insertJobsCTE + `
+    FROM stored
+)
 SELECT id FROM stored`

@@ -33,16 +33,18 @@ func TestInsertTxReturnsEachIntentsIDInTheOrderAdded(t *testing.T) {
 	for i, id := range ib.IDs {
 		var key, actor string
 		var n, jobs int
+		var queued bool
 		err := pool.QueryRow(ctx, `
-SELECT i.idempotency_key, (i.payload->>'n')::int, e.actor,
+SELECT i.idempotency_key, (i.payload->>'n')::int, e.actor, i.queued,
        (SELECT count(*) FROM river_job j WHERE j.args->>'intent_id' = i.id::text)
 FROM outbox_intents i JOIN outbox_events e ON e.intent_id = i.id
-WHERE i.id = $1`, id).Scan(&key, &n, &actor, &jobs)
+WHERE i.id = $1`, id).Scan(&key, &n, &actor, &queued, &jobs)
 		if err != nil {
 			t.Fatalf("intent %d (id %d): %v", i, id, err)
 		}
-		if key != keys[i] || n != i || actor != fmt.Sprintf("consumer:c%d", i) || jobs != 1 {
-			t.Errorf("IDs[%d] = %d holds key %q, payload n %d, actor %q, %d jobs; want %q, %d, consumer:c%d, 1 job", i, id, key, n, actor, jobs, keys[i], i, i)
+		if key != keys[i] || n != i || actor != fmt.Sprintf("consumer:c%d", i) || !queued || jobs != 0 {
+			t.Errorf("IDs[%d] = %d holds key %q, payload n %d, actor %q, queued %v, %d jobs; want %q, %d, consumer:c%d, queued, no job",
+				i, id, key, n, actor, queued, jobs, keys[i], i, i)
 		}
 	}
 }

@@ -51,13 +51,21 @@ type Settlement struct {
 	// RecheckCount counts them.
 	RecheckAt    *time.Time
 	RecheckCount int
-	// JobID is the running dispatch job to complete with the settlement,
-	// unless the intent still needs it; 0 for none.
+	// JobID is the running River dispatch job the settlement ends,
+	// deleted in its transaction unless the intent is still dispatching
+	// after it; 0 for none (a queued claim, a look-up).
 	JobID int64
-	// Enqueue inserts a dispatch job in the same transaction if the
-	// intent is pending after it (a settlement made outside a job).
-	Enqueue bool
+	// RetryIn, for a settlement that leaves the intent pending, is how
+	// long the next attempt must wait: 0 queues the intent (the
+	// dispatchers claim it at once, see ClaimQueued); more gives it to a
+	// River dispatch job scheduled that long after the commit, by the
+	// database's clock.
+	RetryIn time.Duration
 }
+
+// queued says whether the settlement, if it applies, leaves its intent
+// queued: pending and due at once.
+func (st Settlement) queued() bool { return st.To == intenttype.StatePending && st.RetryIn <= 0 }
 
 // Settled is what a settlement did.
 type Settled struct {
@@ -293,6 +301,7 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		// agrees with the intent that adopts it.
 		"take_over_prefix": TakeOverPrefix,
 		"release_skipped":  st.releaseSkipped(),
+		"queued":           st.queued(),
 	}
 	if o := st.Outcome; o != nil && st.Attempt > 0 {
 		args["close_attempt"], args["finished_at"], args["outcome"] = true, o.Finished, o.Outcome
@@ -300,10 +309,6 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		args["replayed"], args["attempt_error"] = o.Replayed, nullString(o.Error)
 	}
 	settleQ.queue(b, args).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated) })
-	if st.Enqueue {
-		enqueueQ.queue(b, s.jobArgs(pgx.NamedArgs{"ids": []int64{id}}))
-		notifyQ.queue(b, pgx.NamedArgs{"notice": s.job.notice})
-	}
 	// Only when settleSQL's guard failed does adopt find an in_doubt intent.
 	adopt := st.To == intenttype.StateSucceeded && st.Attempt > 0
 	var adoptReason string
@@ -322,7 +327,27 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		}
 		return err
 	})
+	if st.To == intenttype.StatePending {
+		s.queuePending(b, st)
+	}
 	return res
+}
+
+// queuePending adds, after a settlement to pending, what gives the intent
+// its next attempt, should the settlement have applied (the intent's row,
+// pending, was written by this transaction): the queue's notification when
+// it is queued; otherwise the end of the running job and a River dispatch
+// job scheduled at the retry time, in a statement of its own (the running
+// job holds the intent's unique job key until it is deleted).
+func (s *Store) queuePending(b *pgx.Batch, st Settlement) {
+	args := pgx.NamedArgs{"id": st.Row.ID, "job_id": st.JobID}
+	if st.queued() {
+		b.Queue(settledQueuedSQL, args)
+		return
+	}
+	b.Queue(endRunningJobSQL, args)
+	args["retry_in_us"] = st.RetryIn.Microseconds()
+	scheduleRetryQ.queue(b, s.jobArgs(args))
 }
 
 func nullString(s string) *string {
@@ -370,6 +395,8 @@ updated AS (
         last_error = @last_error,
         recheck_at = @recheck_at,
         recheck_count = @recheck_count,
+        queued = @queued,
+        claim_token = NULL,
         updated_at = now(),
         finished_at = CASE WHEN @to::text IN ('succeeded', 'failed', 'cancelled') THEN now() END
     WHERE id = @id
@@ -393,8 +420,8 @@ SELECT count(*) FROM updated`
 // attempt whose claim was taken over (a rescued worker) learns late that
 // the provider performed the effect, under the same key generation: a
 // known outcome is never discarded. Then it deletes the running dispatch
-// job @job_id (0: none) unless the intent still needs it (pending or
-// dispatching), only while the job is running. Deleted rather than
+// job @job_id (0: none) unless the intent may still need it (pending, which
+// queuePending decides, or dispatching), only while the job is running. Deleted rather than
 // completed: the intent's row and its attempts are the record, and a
 // completed job is only a row with seven indexes written once more (a
 // non-HOT update) and deleted a day later by River's cleaner. River's
@@ -434,3 +461,41 @@ done AS (
 )
 SELECT (SELECT count(*) FROM adopted), (SELECT state FROM after),
     coalesce((SELECT has_dependents FROM row_now), false)`
+
+// writtenPendingCTE is the intent @id when this transaction's settlement
+// moved it to pending: the newest version of its row is this
+// transaction's (a settlement whose guard failed wrote nothing).
+const writtenPendingCTE = `settled AS (
+    SELECT id, queued FROM outbox_intents
+    WHERE id = @id AND state = 'pending' AND xmin = pg_current_xact_id()::xid
+)`
+
+// settledQueuedSQL ends the running job @job_id of a settlement that
+// queued its intent (the queue holds it now), and wakes the dispatchers.
+const settledQueuedSQL = `
+WITH ` + writtenPendingCTE + `,
+done AS (
+    DELETE FROM river_job
+    WHERE id = @job_id AND state::text = 'running' AND EXISTS (SELECT 1 FROM settled WHERE queued)
+)
+SELECT pg_notify(current_schema() || '.` + QueueChannel + `', '') FROM settled WHERE queued`
+
+// endRunningJobSQL ends the running job @job_id of a settlement that
+// scheduled a later attempt, before scheduleRetrySQL inserts the job that
+// makes it.
+const endRunningJobSQL = `
+WITH ` + writtenPendingCTE + `
+DELETE FROM river_job
+WHERE id = @job_id AND state::text = 'running' AND EXISTS (SELECT 1 FROM settled WHERE NOT queued)`
+
+// scheduleRetrySQL gives an intent a settlement left pending for a later
+// attempt a River dispatch job, scheduled @retry_in_us microseconds from
+// now, as River's InsertManyTx would write it (insertJobsCTE, state
+// scheduled): River's scheduler makes it available then.
+var scheduleRetrySQL = `
+WITH ` + writtenPendingCTE + `,
+inserted AS (
+    SELECT id FROM settled WHERE NOT queued
+),
+` + scheduledJobsCTE + `
+SELECT count(*) FROM inserted`

@@ -9,15 +9,17 @@
 // plays the part River's riverdriver plays for river_job.
 //
 // Each statement is beside the Go that queues it (the tables are created
-// by migrations/001 to 012). Parameters are named (pgx.NamedArgs); the
+// by migrations/001 to 013). Parameters are named (pgx.NamedArgs); the
 // statements run for every intent are rewritten into positional form once
 // (named.go).
 //
 // The guards it keeps (DESIGN.md, "Invariants at the edges"):
 //
-//   - every provider call happens under a claim (Claim): a conditional
-//     update that records which attempt holds the intent, committed before
-//     the call;
+//   - every provider call happens under a claim (ClaimQueued, LoadClaim,
+//     Claim): a conditional update that records which attempt holds the
+//     intent, committed before the call;
+//   - an unfinished intent belongs to the dispatchers' queue (queued) or to
+//     River's dispatch job, never both (queue.go);
 //   - a settlement applies only to the attempt that holds the claim, or to
 //     the state, attempt count and key generation a decision was made from;
 //     a late or stale one is recorded as an attempt and changes nothing;
@@ -138,6 +140,11 @@ type Row struct {
 	TraceState  string
 	// LastAttemptAt is when the latest attempt was claimed; zero if none.
 	LastAttemptAt time.Time
+	// Queued says the dispatchers' queue holds the intent (migration
+	// 013): it claims it while pending, its claimer holds it while
+	// dispatching. A River dispatch job works only intents that are not
+	// queued.
+	Queued bool
 	// OrderingKey is the stream it was recorded in; empty: none.
 	OrderingKey string
 	// HasDependents says an intent was recorded after it (migration 012).
@@ -161,7 +168,7 @@ func scanRowWith(row pgx.Row, more ...any) (Row, error) {
 	var firstUsed, lastAttempt *time.Time
 	err := row.Scan(append([]any{&r.ID, &r.Key, &r.Kind, &r.Provider, &r.Payload, &r.State, &r.AttemptCount, &r.BudgetFrom,
 		&r.MayHaveActed, &claimed, &r.ProviderKey, &r.Namespace, &r.KeyGeneration, &firstUsed, &r.RecheckCount, &r.CreatedAt,
-		&r.TraceParent, &r.TraceState, &lastAttempt, &r.OrderingKey, &r.HasDependents}, more...)...)
+		&r.TraceParent, &r.TraceState, &lastAttempt, &r.OrderingKey, &r.HasDependents, &r.Queued}, more...)...)
 	if lastAttempt != nil {
 		r.LastAttemptAt = *lastAttempt
 	}
@@ -211,7 +218,6 @@ const namespaceSQL = `SELECT namespace FROM outbox_namespace`
 const intentColumns = `id, idempotency_key, kind, provider, payload, state, attempt_count, budget_from,
     may_have_acted, claimed_attempt, coalesce(provider_key, ''), coalesce(key_namespace, ''), key_generation,
     key_first_used_at, recheck_count, created_at, coalesce(trace_parent, ''), coalesce(trace_state, ''),
-    (SELECT max(a.started_at) FROM outbox_attempts a WHERE a.intent_id = outbox_intents.id),
-    coalesce(ordering_key, ''), has_dependents`
+    attempt_started_at, coalesce(ordering_key, ''), has_dependents, queued`
 
 const loadSQL = `SELECT ` + intentColumns + ` FROM outbox_intents WHERE id = @id`

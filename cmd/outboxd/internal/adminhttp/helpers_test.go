@@ -228,6 +228,7 @@ func (b *testBundle) setState(t *testing.T, id int64, state intenttype.State) {
 	}
 	stmts := []stmt{{
 		`UPDATE outbox_intents SET state = $2::text, attempt_count = 1, updated_at = now(),
+			queued = queued AND $2::text IN ('pending', 'dispatching'),
 			finished_at = CASE WHEN $2::text IN ('succeeded', 'failed', 'cancelled') THEN now() END,
 			last_error = CASE WHEN $2::text = 'in_doubt' THEN 'ambiguous: 502 Bad Gateway after the request was sent; SendGrid cannot be asked' END
 			WHERE id = $1`, []any{id, string(state)},
@@ -239,10 +240,6 @@ func (b *testBundle) setState(t *testing.T, id int64, state intenttype.State) {
 				CASE WHEN $2::text = 'ambiguous' THEN '502 Bad Gateway after the request was sent' END)`, []any{id, outcome}},
 			stmt{`INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason) VALUES ($1, 'dispatcher', 'pending', $2::text, 'attempt 1: ' || $3::text)`, []any{id, string(state), outcome}},
 		)
-	}
-	if state != intenttype.StatePending {
-		stmts = append(stmts, stmt{`UPDATE river_job SET state = 'completed', finalized_at = now()
-			WHERE kind = 'outbox_dispatch' AND (args->>'intent_id')::bigint = $1`, []any{id}})
 	}
 	for _, st := range stmts {
 		if _, err := b.pool.Exec(ctx, st.sql, st.args...); err != nil {

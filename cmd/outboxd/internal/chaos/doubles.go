@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
+	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 )
 
@@ -206,6 +207,9 @@ type WireRecord struct {
 	// IntentID is the intent the request was for (Stripe's
 	// metadata[intent_id], SendGrid's custom_args.intent_id); 0 if none.
 	IntentID int64 `json:"intent_id"`
+	// Foreign: the request was the other deployment's (ForeignNamespace
+	// in its metadata): its intent id names none of ours.
+	Foreign bool `json:"foreign,omitempty"`
 	// Start is when the request arrived, End when the handler finished.
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
@@ -254,7 +258,7 @@ const maxLoggedBody = 1 << 20
 // recordWire wraps a double's handler: POSTs to effectPath are logged with
 // the intent id taken from the body by intentID; everything else passes
 // through. GET WirePath serves the log.
-func recordWire(next http.Handler, effectPaths []string, intentID func([]byte) int64, wl *wireLog) http.Handler {
+func recordWire(next http.Handler, effectPaths []string, intentID func([]byte) (int64, bool), wl *wireLog) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == WirePath && r.Method == http.MethodGet {
 			w.Header().Set("Content-Type", "application/json")
@@ -273,7 +277,7 @@ func recordWire(next http.Handler, effectPaths []string, intentID func([]byte) i
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		rec.IntentID = intentID(body)
+		rec.IntentID, rec.Foreign = intentID(body)
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			p := recover()
@@ -290,24 +294,28 @@ func recordWire(next http.Handler, effectPaths []string, intentID func([]byte) i
 	})
 }
 
-func stripeIntentID(body []byte) int64 {
+// stripeIntentID reads the intent id a Stripe request carries, and whether
+// it is the other deployment's.
+func stripeIntentID(body []byte) (int64, bool) {
 	form, err := url.ParseQuery(string(body))
 	if err != nil {
-		return 0
+		return 0, false
 	}
-	id, _ := strconv.ParseInt(form.Get("metadata[intent_id]"), 10, 64)
-	return id
+	id, _ := strconv.ParseInt(form.Get("metadata["+providers.MetadataIntentID+"]"), 10, 64)
+	return id, form.Get("metadata["+providers.MetadataNamespace+"]") == ForeignNamespace
 }
 
-func sendgridIntentID(body []byte) int64 {
+// sendgridIntentID reads the intent id a SendGrid request carries (the
+// other deployment sends none).
+func sendgridIntentID(body []byte) (int64, bool) {
 	var req struct {
 		CustomArgs map[string]string `json:"custom_args"`
 	}
 	if json.Unmarshal(body, &req) != nil {
-		return 0
+		return 0, false
 	}
 	id, _ := strconv.ParseInt(req.CustomArgs["intent_id"], 10, 64)
-	return id
+	return id, false
 }
 
 // statusWriter remembers the status written and whether the connection was

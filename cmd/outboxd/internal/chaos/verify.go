@@ -111,6 +111,9 @@ func collect(ctx context.Context, a DoublesAddrs, deaths, terminations []time.Ti
 		}
 		byIntent := map[int64][]WireRecord{}
 		for _, r := range recs {
+			if r.Foreign {
+				continue
+			}
 			if r.IntentID == 0 {
 				ev.unattributed++
 				continue
@@ -558,6 +561,17 @@ type dependentRow struct {
 	FirstAttempt      *time.Time
 }
 
+// firstCall is when the earliest of records arrived at the double.
+func firstCall(records []WireRecord) (time.Time, bool) {
+	var first time.Time
+	for _, r := range records {
+		if first.IsZero() || r.Start.Before(first) {
+			first = r.Start
+		}
+	}
+	return first, !first.IsZero()
+}
+
 // checkDependents checks what ordering promises for the refunds and
 // captures, from the database and the Stripe double's own records: none
 // attempted before everything it comes after succeeded; each refund at the
@@ -578,9 +592,17 @@ func checkDependents(ctx context.Context, pool *pgxpool.Pool, ev *evidence, rep 
 	byID := make(map[int64]dependentRow, len(list))
 	for _, f := range list {
 		byID[f.ID] = f
-		if f.FirstAttempt != nil && (!f.PredecessorsDone || f.LastPredecessorAt == nil || f.FirstAttempt.Before(*f.LastPredecessorAt)) {
-			problem("%s intent %d was attempted at %s, before what it comes after had succeeded (all succeeded: %v, the last at %v)",
-				f.Kind, f.ID, f.FirstAttempt.Format(time.RFC3339Nano), f.PredecessorsDone, f.LastPredecessorAt)
+		if f.FirstAttempt != nil && (!f.PredecessorsDone || f.LastPredecessorAt == nil) {
+			problem("%s intent %d was attempted (at %s), though what it comes after has not all succeeded",
+				f.Kind, f.ID, f.FirstAttempt.Format(time.RFC3339Nano))
+		}
+		// When it was called is the double's record: an attempt's start is
+		// its claim's time on the dispatcher's clock, taken before the
+		// claim's statement ran, and a queue's claim can run right after a
+		// release it was sent before.
+		if at, ok := firstCall(ev.wire["stripe"][f.ID]); ok && f.LastPredecessorAt != nil && at.Before(*f.LastPredecessorAt) {
+			problem("%s intent %d was called at %s, before what it comes after had succeeded (the last at %s)",
+				f.Kind, f.ID, at.Format(time.RFC3339Nano), f.LastPredecessorAt.Format(time.RFC3339Nano))
 		}
 	}
 	// A cancel has no metadata of its own at Stripe: its effect is its

@@ -64,8 +64,8 @@ func actionArgFlag(field string) string {
 func runIntentsRetry(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("intents retry", "intents retry ID|KEY --reason TEXT [flags]\n   or: outboxd intents retry --state in_doubt [filters] --reason TEXT [--dry-run | --yes]", `
 Retries an in_doubt intent ('resend' is another name for it): moves it
-back to pending under a new provider key with a fresh attempt budget, and
-enqueues its dispatch job, in one transaction. Do this only after checking
+back to pending under a new provider key with a fresh attempt budget,
+queued for the dispatchers, in one transaction. Do this only after checking
 at the provider that the effect did not happen ('outboxd intents show ID'
 says where to look): the dispatcher then performs it once more.
 Any other state: nothing changes, exit 1.
@@ -199,7 +199,7 @@ func runAction(ctx context.Context, fs *flag.FlagSet, args []string, env Env, af
 	}
 	note := ""
 	if kind == audit.ActionResend {
-		note = "; a dispatch job is enqueued"
+		note = "; queued for the dispatchers"
 	}
 	fmt.Fprintf(env.Stdout, "intent %d is now %s (%s by %s%s)\n", in.ID, in.State, actionVerb(kind), termtext.Line(audit.ActorPrefix+strings.TrimPrefix(af.actor, audit.ActorPrefix)), note)
 	return nil

@@ -40,7 +40,7 @@ func intent(kind, name, payload string) string {
 type dbCounts struct {
 	markers []string // consumer/message_id
 	intents []string // message_id/name
-	jobs    int
+	queued  int
 }
 
 func countRows(t *testing.T, pool *pgxpool.Pool) dbCounts {
@@ -60,7 +60,7 @@ func countRows(t *testing.T, pool *pgxpool.Pool) dbCounts {
 	var c dbCounts
 	c.markers = collect(`SELECT consumer || '/' || message_id FROM outbox_processed_messages ORDER BY 1`)
 	c.intents = collect(`SELECT coalesce(message_id, '') || '/' || name FROM outbox_intents ORDER BY 1`)
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'outbox_dispatch'`).Scan(&c.jobs); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_intents WHERE queued`).Scan(&c.queued); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -140,8 +140,8 @@ func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
 	if fmt.Sprint(got.intents) != fmt.Sprint(wantIntents) {
 		t.Errorf("intents = %v, want %v", got.intents, wantIntents)
 	}
-	if got.jobs != len(wantIntents) {
-		t.Errorf("%d dispatch jobs, want one per intent (%d)", got.jobs, len(wantIntents))
+	if got.queued != len(wantIntents) {
+		t.Errorf("%d intents queued for the dispatchers, want every one (%d)", got.queued, len(wantIntents))
 	}
 	var ref string
 	if err := pool.QueryRow(context.Background(), `SELECT coalesce(reference, '') FROM outbox_intents WHERE consumer = 'billing' AND message_id = 'order-1'`).Scan(&ref); err != nil {
@@ -336,7 +336,7 @@ func TestRecordRefusesBadBytesAndWritesNothingOfThem(t *testing.T) {
 	}
 	sort.Strings(wantMarkers)
 	got := countRows(t, pool)
-	if fmt.Sprint(got.markers) != fmt.Sprint(wantMarkers) || len(got.intents) != good || got.jobs != good {
+	if fmt.Sprint(got.markers) != fmt.Sprint(wantMarkers) || len(got.intents) != good || got.queued != good {
 		t.Errorf("rows = %+v; want only the good lines' markers %v, one intent and job each", got, wantMarkers)
 	}
 }

@@ -58,7 +58,7 @@ func TestRunExportsTracesOverOTLP(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	id, _ := hex.DecodeString(traceID)
-	for _, want := range [][]byte{[]byte("outbox.dispatch sendgrid.email"), []byte("river.work/outbox_dispatch"), []byte("outboxd-test"), id} {
+	for _, want := range [][]byte{[]byte("outbox.dispatch sendgrid.email"), []byte("outboxd-test"), id} {
 		if !bytes.Contains(exported, want) {
 			t.Fatalf("the collector received %d bytes without %q\nstderr:\n%s", len(exported), want, rd.stderr.String())
 		}

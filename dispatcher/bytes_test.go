@@ -88,7 +88,7 @@ func TestAProviderAnswerPostgresRefusesIsStoredAndActedOnOnce(t *testing.T) {
 			for {
 				err := pool.QueryRow(context.Background(), `
 					SELECT i.state, coalesce(i.provider_ref, ''), coalesce(a.provider_ref, '')
-					FROM outbox_intents i LEFT JOIN outbox_attempts a ON a.intent_id = i.id AND a.attempt = 1
+					FROM outbox_intents i LEFT JOIN outbox_intent_attempts a ON a.intent_id = i.id AND a.attempt = 1
 					WHERE i.id = $1`, id).Scan(&state, &ref, &attemptRef)
 				if err != nil {
 					t.Fatal(err)

@@ -177,7 +177,7 @@ type attemptRow struct {
 
 func (b *testBundle) attempts(t *testing.T, id int64) []attemptRow {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(), `SELECT coalesce(outcome, ''), coalesce(http_status, 0), replayed, coalesce(error, '') FROM outbox_attempts WHERE intent_id = $1 ORDER BY attempt`, id)
+	rows, err := b.pool.Query(context.Background(), `SELECT coalesce(outcome, ''), coalesce(http_status, 0), replayed, coalesce(error, '') FROM outbox_intent_attempts WHERE intent_id = $1 ORDER BY attempt`, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func (b *testBundle) attempts(t *testing.T, id int64) []attemptRow {
 func (b *testBundle) lastEventReason(t *testing.T, id int64) string {
 	t.Helper()
 	var reason string
-	if err := b.pool.QueryRow(context.Background(), `SELECT reason FROM outbox_events WHERE intent_id = $1 ORDER BY id DESC LIMIT 1`, id).Scan(&reason); err != nil {
+	if err := b.pool.QueryRow(context.Background(), `SELECT reason FROM outbox_intent_events WHERE intent_id = $1 ORDER BY at DESC, id DESC NULLS LAST LIMIT 1`, id).Scan(&reason); err != nil {
 		t.Fatal(err)
 	}
 	return reason

@@ -302,7 +302,7 @@ func TestAClaimWhoseAnswerIsLostIsReleasedAsNotCalled(t *testing.T) {
 	if len(a) != 2 || a[0].Outcome != "retry" || !strings.Contains(a[0].Error, "not called") || a[1].Outcome != "succeeded" {
 		t.Fatalf("attempts = %+v, want the lost claim closed as not called, then the one call", a)
 	}
-	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND to_state = 'in_doubt'`, id); n != 0 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_intent_events WHERE intent_id = $1 AND to_state = 'in_doubt'`, id); n != 0 {
 		t.Fatalf("the intent went in_doubt %d times", n)
 	}
 	var mayHaveActed bool

@@ -560,7 +560,7 @@ func (env *modelEnv) countOrdered(ctx context.Context) error {
 		count(*) FILTER (WHERE from_state IS NULL AND to_state = 'waiting'),
 		count(*) FILTER (WHERE from_state = 'waiting' AND to_state = 'pending'),
 		count(*) FILTER (WHERE actor = 'dispatcher' AND from_state = 'waiting' AND to_state = 'cancelled')
-		FROM outbox_events`).Scan(&counts[0], &counts[1], &counts[2]); err != nil {
+		FROM outbox_intent_events`).Scan(&counts[0], &counts[1], &counts[2]); err != nil {
 		return err
 	}
 	for i, n := range counts {
@@ -952,6 +952,14 @@ func (m *model) actClaimBatch(t *rapid.T) {
 	m.env.queue.claims++
 	m.env.queue.batches++
 	m.env.queue.claimed += len(batch.Claimed)
+	if dies {
+		// Its workers stopped before their calls, as a crash before the
+		// call leaves them.
+		for _, l := range batch.Claimed {
+			m.logCall(callRec{Intent: l.Row.ID, Provider: l.Row.Provider, Key: l.Claim.ProviderKey, KeyFirst: l.Claim.KeyFirstUsedAt,
+				At: m.clock.Now(), Interrupt: crashBefore})
+		}
+	}
 	if err != nil || dies {
 		m.note(t, "the queue claims %d: %d claimed, %d handed to River (%v)%s", n, len(batch.Claimed), batch.HandedOver, err,
 			map[bool]string{true: "; the process dies before any call", false: ""}[dies])
@@ -1250,7 +1258,7 @@ func (m *model) snapshot(t *rapid.T, id int64) rowSnapshot {
 	var s rowSnapshot
 	err := m.env.pool.QueryRow(context.Background(), `
 SELECT state, attempt_count, budget_from, key_generation, may_have_acted, updated_at,
-       (SELECT count(*) FROM outbox_events WHERE intent_id = i.id),
+       (SELECT count(*) FROM outbox_intent_events WHERE intent_id = i.id),
        (SELECT count(*) FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id))
 FROM outbox_intents i WHERE id = $1`, id).
 		Scan(&s.State, &s.AttemptCount, &s.BudgetFrom, &s.KeyGeneration, &s.MayHaveActed, &s.UpdatedAt, &s.Events, &s.Jobs)
@@ -1338,7 +1346,7 @@ func (m *model) check(t *rapid.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err = m.env.pool.Query(ctx, `SELECT intent_id, actor, coalesce(from_state, ''), to_state, coalesce(reason, '') FROM outbox_events ORDER BY id`)
+	rows, err = m.env.pool.Query(ctx, `SELECT intent_id, actor, coalesce(from_state, ''), to_state, coalesce(reason, '') FROM outbox_intent_events ORDER BY at, id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1586,14 +1594,14 @@ func (m *model) report(id int64) string {
 	_ = m.env.pool.QueryRow(ctx, `SELECT row_to_json(i)::text FROM (SELECT id, kind, state, attempt_count, budget_from, may_have_acted, claimed_attempt,
         provider_key, key_generation, key_first_used_at, recheck_count, recheck_at, provider_ref, last_error FROM outbox_intents WHERE id = $1) i`, id).Scan(&row)
 	fmt.Fprintf(&b, "intent %d: %s\n", id, row)
-	if rows, err := m.env.pool.Query(ctx, `SELECT row_to_json(a)::text FROM (SELECT attempt, started_at, finished_at, outcome, http_status, provider_ref, replayed, error FROM outbox_attempts WHERE intent_id = $1 ORDER BY attempt) a`, id); err == nil {
+	if rows, err := m.env.pool.Query(ctx, `SELECT row_to_json(a)::text FROM (SELECT attempt, started_at, finished_at, outcome, http_status, provider_ref, replayed, error FROM outbox_intent_attempts WHERE intent_id = $1 ORDER BY attempt) a`, id); err == nil {
 		list, _ := pgx.CollectRows(rows, pgx.RowTo[string])
 		b.WriteString("attempts:\n")
 		for _, a := range list {
 			b.WriteString("  " + a + "\n")
 		}
 	}
-	if rows, err := m.env.pool.Query(ctx, `SELECT actor || ': ' || coalesce(from_state, '-') || ' → ' || to_state || ' (' || coalesce(reason, '') || ')' FROM outbox_events WHERE intent_id = $1 ORDER BY id`, id); err == nil {
+	if rows, err := m.env.pool.Query(ctx, `SELECT actor || ': ' || coalesce(from_state, '-') || ' → ' || to_state || ' (' || coalesce(reason, '') || ')' FROM outbox_intent_events WHERE intent_id = $1 ORDER BY at, id`, id); err == nil {
 		list, _ := pgx.CollectRows(rows, pgx.RowTo[string])
 		b.WriteString("events:\n")
 		for _, e := range list {

@@ -93,7 +93,7 @@ func TestAResendRetriedWithItsActionIDIsAppliedOnce(t *testing.T) {
 	if err != nil || again.State != intenttype.StateInDoubt {
 		t.Fatalf("the same resend again = %+v, %v; want it found applied, the intent as it is", again, err)
 	}
-	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND action_id = 'req-7f3a'`, in.ID); n != 1 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_intent_events WHERE intent_id = $1 AND action_id = 'req-7f3a'`, in.ID); n != 1 {
 		t.Fatalf("%d events carry the action id, want 1", n)
 	}
 	if n := b.sendgrid.EffectsFor(in.ID); n != 2 {
@@ -126,7 +126,7 @@ func TestAResendWhoseCommitAckIsLostIsAppliedOnce(t *testing.T) {
 	if got.KeyGeneration != in.KeyGeneration+1 {
 		t.Fatalf("key generation %d after one resend of generation %d", got.KeyGeneration, in.KeyGeneration)
 	}
-	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND from_state = 'in_doubt' AND to_state = 'pending'`, in.ID); n != 1 {
+	if n := testkit.Count(t, b.pool, `SELECT count(*) FROM outbox_intent_events WHERE intent_id = $1 AND from_state = 'in_doubt' AND to_state = 'pending'`, in.ID); n != 1 {
 		t.Fatalf("%d resend events, want 1", n)
 	}
 }

@@ -344,7 +344,7 @@ func (b *testBundle) waitDone(t *testing.T, id int64) intentState {
 
 func (b *testBundle) eventReasons(t *testing.T, id int64) []string {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(), `SELECT reason FROM outbox_events WHERE intent_id = $1 ORDER BY id`, id)
+	rows, err := b.pool.Query(context.Background(), `SELECT reason FROM outbox_intent_events WHERE intent_id = $1 ORDER BY at, id`, id)
 	if err != nil {
 		t.Fatal(err)
 	}

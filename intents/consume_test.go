@@ -73,7 +73,7 @@ func (b *testBundle) counts(t *testing.T) counts {
 		(SELECT count(*) FROM outbox_processed_messages),
 		(SELECT count(*) FROM orders),
 		(SELECT count(*) FROM outbox_intents),
-		(SELECT count(*) FROM outbox_events),
+		(SELECT count(*) FROM outbox_intent_events),
 		(SELECT count(*) FROM outbox_intents WHERE queued)`).Scan(&c.markers, &c.orders, &c.intents, &c.events, &c.queued)
 	if err != nil {
 		t.Fatal(err)

@@ -66,9 +66,9 @@ const reportSQL = `
 SELECT
     (SELECT count(*) FROM notes WHERE id = ANY($1::bigint[]) AND tagged_at IS NOT NULL),
     (SELECT count(*) FROM note_tags WHERE note_id = ANY($1::bigint[])),
-    (SELECT count(*) FROM outbox_attempts a JOIN outbox_intents i ON i.id = a.intent_id
+    (SELECT count(*) FROM outbox_intent_attempts a JOIN outbox_intents i ON i.id = a.intent_id
         WHERE i.kind = $2 AND i.reference = ANY($4::text[])),
-    (SELECT count(*) FROM outbox_attempts a JOIN outbox_intents i ON i.id = a.intent_id
+    (SELECT count(*) FROM outbox_intent_attempts a JOIN outbox_intents i ON i.id = a.intent_id
         WHERE i.kind = $2 AND i.reference = ANY($4::text[]) AND a.outcome = 'succeeded'),
     (SELECT count(*) FROM outbox_intents WHERE kind = $2 AND reference = ANY($4::text[])),
     (SELECT count(*) FROM outbox_processed_messages WHERE consumer = $5 AND message_id = ANY($6::text[])),

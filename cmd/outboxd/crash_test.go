@@ -255,7 +255,7 @@ type attemptRow struct {
 func attempts(t *testing.T, pool *pgxpool.Pool, id int64) []attemptRow {
 	t.Helper()
 	rows, err := pool.Query(context.Background(),
-		`SELECT attempt, outcome, replayed, coalesce(error, '') FROM outbox_attempts WHERE intent_id = $1 ORDER BY attempt`, id)
+		`SELECT attempt, outcome, replayed, coalesce(error, '') FROM outbox_intent_attempts WHERE intent_id = $1 ORDER BY attempt`, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,15 +124,20 @@ JOIN outbox_intents a ON a.id = d.after_id
 WHERE d.intent_id = $1
 ORDER BY d.after_id`
 
+// attemptsSQL reads every attempt (migration 014: the intent's row holds
+// its latest, outbox_attempts the others); the latest has no id of its
+// own: 0.
 const attemptsSQL = `
-SELECT id, intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0),
+SELECT coalesce(id, 0), intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0),
     coalesce(provider_ref, ''), replayed, coalesce(error, '')
-FROM outbox_attempts
+FROM outbox_intent_attempts
 WHERE intent_id = $1
 ORDER BY attempt, id`
 
+// eventsSQL reads every event, those stored and those the intent's row
+// says (a plain intent's recording, its dispatcher's success: id 0).
 const eventsSQL = `
-SELECT id, intent_id, at, actor, coalesce(from_state, ''), to_state, reason
-FROM outbox_events
+SELECT coalesce(id, 0), intent_id, at, actor, coalesce(from_state, ''), to_state, reason
+FROM outbox_intent_events
 WHERE intent_id = $1
-ORDER BY id`
+ORDER BY at, id`

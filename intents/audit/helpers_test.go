@@ -103,7 +103,7 @@ func (b *testBundle) snapshot(t *testing.T, id int64) snapshot {
 	if err := b.pool.QueryRow(ctx, `SELECT row_to_json(i)::text FROM outbox_intents i WHERE id = $1`, id).Scan(&s.Row); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE intent_id = $1`, id).Scan(&s.Events); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_intent_events WHERE intent_id = $1`, id).Scan(&s.Events); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.pool.QueryRow(ctx, `SELECT queued::int + (SELECT count(*) FROM river_job WHERE kind = 'outbox_dispatch'
@@ -119,7 +119,7 @@ func (b *testBundle) lastEvent(t *testing.T, id int64) intenttype.Event {
 	t.Helper()
 	var e intenttype.Event
 	var from *string
-	if err := b.pool.QueryRow(context.Background(), `SELECT id, intent_id, at, actor, from_state, to_state, reason FROM outbox_events WHERE intent_id = $1 ORDER BY id DESC LIMIT 1`, id).
+	if err := b.pool.QueryRow(context.Background(), `SELECT id, intent_id, at, actor, from_state, to_state, reason FROM outbox_intent_events WHERE intent_id = $1 ORDER BY at DESC, id DESC NULLS LAST LIMIT 1`, id).
 		Scan(&e.ID, &e.IntentID, &e.At, &e.Actor, &from, &e.ToState, &e.Reason); err != nil {
 		t.Fatal(err)
 	}

@@ -107,8 +107,10 @@ type Dependency struct {
 	Fill map[string]string `json:"fill,omitempty"`
 }
 
-// Attempt is one try at an intent, as stored in outbox_attempts. Outcome is
-// empty while the attempt is in flight (or was cut short by a crash).
+// Attempt is one try at an intent. Outcome is empty while the attempt is
+// in flight (or was cut short by a crash). The intent's row holds its
+// latest attempt, whose ID is 0; outbox_attempts holds the others, each
+// with an ID of its own (view outbox_intent_attempts: all of them).
 type Attempt struct {
 	ID          int64      `json:"id"`
 	IntentID    int64      `json:"intent_id"`
@@ -122,7 +124,10 @@ type Attempt struct {
 	Error       string     `json:"error,omitempty"`
 }
 
-// Event is one state change in the append-only outbox_events log.
+// Event is one state change of the intent's audit trail: a row of the
+// append-only outbox_events log, or one the intent's row says, whose ID is
+// 0 (a plain intent's recording, and the success of the attempt its
+// dispatcher made; view outbox_intent_events: all of them).
 type Event struct {
 	ID        int64     `json:"id"`
 	IntentID  int64     `json:"intent_id"`

@@ -194,10 +194,11 @@ func (s *Store) ReleaseUnsent(ctx context.Context, ids []int64, claimErr error, 
 // It moves the intent from the state and attempt count the worker saw to
 // dispatching, records which attempt holds it, fixes the key the provider is
 // sent (the first claim of a key generation derives it, and starts the key's
-// window), and opens the attempt's row. Taking over an attempt found open
-// after a crash (from dispatching) closes that attempt as ambiguous and
-// makes "may have acted" durable. No row: the intent moved meanwhile.
-const claimSQL = `
+// window), and opens the attempt in the intent's row, the one before it
+// moved to outbox_attempts. Taking over an attempt found open after a crash
+// (from dispatching) closes that attempt as ambiguous and makes "may have
+// acted" durable. No row: the intent moved meanwhile.
+var claimSQL = `
 WITH claimed AS (
     UPDATE outbox_intents
     SET state = 'dispatching',
@@ -207,33 +208,60 @@ WITH claimed AS (
         key_namespace = CASE WHEN provider_key IS NULL THEN @namespace ELSE key_namespace END,
         key_first_used_at = coalesce(key_first_used_at, @now),
         may_have_acted = may_have_acted OR @take_over,
-        attempt_started_at = @now,
+        ` + openAttempt + `,
         claim_token = @token,
         updated_at = now()
     WHERE id = @id AND state = @from::text AND attempt_count = @seen_attempts AND key_generation = @seen_generation
     RETURNING id, attempt_count, provider_key, coalesce(key_namespace, '') AS key_namespace, key_first_used_at
 ),
+` + archiveLatestCTE(`SELECT id FROM claimed`, `@take_over`) + `,
 closed AS (
     UPDATE outbox_attempts
     SET finished_at = @now, outcome = 'ambiguous', error = @take_over_error
     WHERE @take_over AND intent_id = @id AND outcome IS NULL AND EXISTS (SELECT 1 FROM claimed)
-),
-opened AS (
-    INSERT INTO outbox_attempts (intent_id, attempt, started_at)
-    SELECT id, attempt_count, @now FROM claimed
 )
 SELECT attempt_count, provider_key, key_namespace, key_first_used_at FROM claimed`
 
+// openAttempt is the SET of a claim's new attempt in the intent's row,
+// started at @now (the attempt before it is moved out: archiveLatestCTE).
+const openAttempt = `attempt_started_at = @now,
+        attempt_finished_at = NULL, attempt_outcome = NULL, attempt_http_status = NULL,
+        attempt_provider_ref = NULL, attempt_replayed = false, attempt_error = NULL`
+
+// archiveLatestCTE is "archived": for the intents ids selects (a claim's),
+// the attempt the intent's row held before the claim (the statement's
+// snapshot shows it), moved to outbox_attempts; when takeOver (an SQL
+// boolean) holds and the attempt is open, closed as ambiguous at @now
+// (@take_over_error) for want of an outcome. An attempt already there (one
+// recorded before migration 014, or closed by a take-over's settlement)
+// stays as it is; closed handles an open one of those.
+func archiveLatestCTE(ids, takeOver string) string {
+	open := `(i.attempt_outcome IS NULL AND ` + takeOver + `)`
+	return `archived AS (
+    INSERT INTO outbox_attempts (intent_id, attempt, started_at, finished_at, outcome, http_status, provider_ref, replayed, error)
+    SELECT i.id, i.attempt_count, i.attempt_started_at,
+        CASE WHEN ` + open + ` THEN @now ELSE i.attempt_finished_at END,
+        CASE WHEN ` + open + ` THEN 'ambiguous' ELSE i.attempt_outcome END,
+        i.attempt_http_status, i.attempt_provider_ref, i.attempt_replayed,
+        CASE WHEN ` + open + ` THEN @take_over_error ELSE i.attempt_error END
+    FROM outbox_intents i
+    WHERE i.id = ANY(ARRAY(` + ids + `)) AND i.attempt_count > 0 AND i.attempt_started_at IS NOT NULL
+    ON CONFLICT (intent_id, attempt) DO NOTHING
+)`
+}
+
 // releaseUnsentSQL moves back to pending every intent the claim @token
 // holds among those held selects, as a retry under the same key does (no
-// event; the attempt row and last_error say why), and closes, as not
-// called, the attempt it opened. Safe to repeat: once released, nothing
+// event; the attempt and last_error say why), and closes, as not called,
+// the attempt it opened (in the intent's row, or in outbox_attempts for a
+// claim made before migration 014). Safe to repeat: once released, nothing
 // matches.
 func releaseUnsentSQL(held string) string {
 	return `
 WITH released AS (
     UPDATE outbox_intents i
-    SET state = 'pending', claimed_attempt = NULL, claim_token = NULL, last_error = @error, updated_at = now()
+    SET state = 'pending', claimed_attempt = NULL, claim_token = NULL, last_error = @error, updated_at = now(),
+        attempt_finished_at = @finished_at, attempt_outcome = 'retry', attempt_error = @error
     WHERE i.id = ANY(ARRAY(` + held + `)) AND i.state = 'dispatching' AND i.claim_token = @token
     RETURNING i.id, i.attempt_count
 ),

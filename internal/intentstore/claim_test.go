@@ -157,7 +157,7 @@ func TestALateSuccessIsRecordedOnItsAttempt(t *testing.T) {
 		t.Fatalf("late success = %+v, %v", adopted, err)
 	}
 	var outcome, ref string
-	if err := pool.QueryRow(ctx, `SELECT outcome, coalesce(provider_ref, '') FROM outbox_attempts WHERE intent_id = $1 AND attempt = 1`, id).Scan(&outcome, &ref); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT outcome, coalesce(provider_ref, '') FROM outbox_intent_attempts WHERE intent_id = $1 AND attempt = 1`, id).Scan(&outcome, &ref); err != nil {
 		t.Fatal(err)
 	}
 	if outcome != "succeeded" || ref != "msg_1" {
@@ -196,7 +196,7 @@ func TestOneActionRunTwiceAtOnceIsAppliedOnce(t *testing.T) {
 			t.Fatalf("a run of the action: %v, want both done", err)
 		}
 	}
-	if n := testkit.Count(t, pool, `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND action_id = 'req-1'`, id); n != 1 {
+	if n := testkit.Count(t, pool, `SELECT count(*) FROM outbox_intent_events WHERE intent_id = $1 AND action_id = 'req-1'`, id); n != 1 {
 		t.Fatalf("%d events carry the action, want 1", n)
 	}
 }

@@ -83,7 +83,7 @@ func states(t *testing.T, pool *pgxpool.Pool, rows []Row) []intenttype.State {
 func openAttempts(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_attempts WHERE outcome IS NULL`).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_intent_attempts WHERE outcome IS NULL`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -136,7 +136,7 @@ func TestSettleGroupFallsBackWhenOneSettlementFails(t *testing.T) {
 	calls := group(store, succeeded(rows[0]), bad, succeeded(rows[2]))
 	for i, cl := range calls {
 		if i == 1 {
-			if cl.err == nil || !strings.Contains(cl.err.Error(), "outbox_attempts_outcome_check") {
+			if cl.err == nil || !strings.Contains(cl.err.Error(), "outbox_intents_attempt_check") {
 				t.Errorf("bad settlement = %+v, %v; want the CHECK's error", cl.res, cl.err)
 			}
 			continue

@@ -221,13 +221,10 @@ claimed AS (
     ` + claimFromPending + `
       AND i.state = 'pending'
       AND NOT i.queued
-    RETURNING i.attempt_count AS claim_attempt, i.provider_key AS claim_key,
+    RETURNING i.id AS claimed_id, i.attempt_count AS claim_attempt, i.provider_key AS claim_key,
         coalesce(i.key_namespace, '') AS claim_namespace, i.key_first_used_at AS claim_first_used
 ),
-opened AS (
-    INSERT INTO outbox_attempts (intent_id, attempt, started_at)
-    SELECT @id, claim_attempt, @now FROM claimed
-)
+` + archiveLatestCTE(`SELECT claimed_id FROM claimed`, `false`) + `
 SELECT ` + intentColumns + `, c.claim_attempt, c.claim_key, c.claim_namespace, c.claim_first_used
 FROM outbox_intents
 LEFT JOIN claimed c ON true
@@ -253,14 +250,14 @@ func claimRulesCTE(which string) string {
 // "rules" whose row the rules allow to be attempted at once: the update
 // ClaimRules.AttemptsAtOnce describes, to which a statement adds the
 // conditions of its own and its RETURNING.
-const claimFromPending = `UPDATE outbox_intents i
+var claimFromPending = `UPDATE outbox_intents i
     SET state = 'dispatching',
         attempt_count = i.attempt_count + 1,
         claimed_attempt = i.attempt_count + 1,
         provider_key = coalesce(i.provider_key, r.derived_key),
         key_namespace = CASE WHEN i.provider_key IS NULL THEN @namespace::text ELSE i.key_namespace END,
         key_first_used_at = coalesce(i.key_first_used_at, @now),
-        attempt_started_at = @now,
+        ` + openAttempt + `,
         claim_token = @token,
         updated_at = now()
     FROM rules r

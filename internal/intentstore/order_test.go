@@ -94,7 +94,7 @@ func TestSettlementReleasesAndCancelsWhatWaits(t *testing.T) {
 	countsExact("after a failed and cancelled b and c")
 	var events int
 	count := func() int {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&events); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_intent_events`).Scan(&events); err != nil {
 			t.Fatal(err)
 		}
 		return events
@@ -258,8 +258,8 @@ func TestOrderedIntentsGetOneEventAndAJobOnlyWhenTheyGo(t *testing.T) {
 		if err := pool.QueryRow(ctx, `
 			SELECT i.state || ' ' || e.reason || ' ' || e.actor || ' queued=' || i.queued ||
 				(SELECT CASE WHEN count(*) > 0 THEN ' jobs=' || count(*) ELSE '' END FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id)),
-				(SELECT count(*) FROM outbox_events WHERE intent_id = i.id)
-			FROM outbox_intents i JOIN outbox_events e ON e.intent_id = i.id
+				(SELECT count(*) FROM outbox_intent_events WHERE intent_id = i.id)
+			FROM outbox_intents i JOIN outbox_intent_events e ON e.intent_id = i.id
 			WHERE i.id = $1 ORDER BY e.id DESC LIMIT 1`, ib.IDs[i]).Scan(&got, &events); err != nil {
 			t.Fatal(err)
 		}

@@ -140,7 +140,8 @@ func (s *Store) HandOverStale(ctx context.Context, claimedBefore time.Time, limi
 // transaction holds (an index scan of the front of
 // outbox_intents_unfinished_idx, the queue); claimed claims those the
 // rules allow to be attempted at once, as loadClaimSQL claims one, and
-// opens their attempts; handed gives the others to River dispatch jobs.
+// opens their attempts in their rows (a first attempt writes no other
+// row); handed gives the others to River dispatch jobs.
 // The claim changes no indexed column, so it is a HOT update when the page
 // has room. The rows returned are the intents as they were before the
 // claim (the statement's snapshot) with, for each claimed one, its claim,
@@ -160,10 +161,7 @@ claimed AS (
     RETURNING i.id AS claimed_id, i.attempt_count AS claim_attempt, i.provider_key AS claim_key,
         coalesce(i.key_namespace, '') AS claim_namespace, i.key_first_used_at AS claim_first_used
 ),
-opened AS (
-    INSERT INTO outbox_attempts (intent_id, attempt, started_at)
-    SELECT claimed_id, claim_attempt, @now FROM claimed
-),
+` + archiveLatestCTE(`SELECT claimed_id FROM claimed`, `false`) + `,
 handed AS (
     UPDATE outbox_intents i
     SET queued = false, updated_at = now()

@@ -62,7 +62,7 @@ func TestClaimQueuedClaimsEachIntentOnce(t *testing.T) {
 					t.Errorf("batch not in id order: %v", batch.Claimed)
 				}
 				var open int
-				err = pool.QueryRow(ctx, `SELECT count(*) FROM outbox_attempts WHERE intent_id = ANY($1) AND outcome IS NULL`,
+				err = pool.QueryRow(ctx, `SELECT count(*) FROM outbox_intent_attempts WHERE intent_id = ANY($1) AND outcome IS NULL`,
 					loadedIDs(batch.Claimed)).Scan(&open)
 				if err != nil || open != len(batch.Claimed) {
 					t.Errorf("after ClaimQueued returned, %d of its %d attempts are open (%v)", open, len(batch.Claimed), err)
@@ -131,8 +131,8 @@ func TestALostBatchClaimIsReleasedByItsToken(t *testing.T) {
 		var queued, acted bool
 		var open, retried int
 		if err := pool.QueryRow(ctx, `SELECT state, queued, may_have_acted,
-			(SELECT count(*) FROM outbox_attempts WHERE intent_id = i.id AND outcome IS NULL),
-			(SELECT count(*) FROM outbox_attempts WHERE intent_id = i.id AND outcome = 'retry')
+			(SELECT count(*) FROM outbox_intent_attempts WHERE intent_id = i.id AND outcome IS NULL),
+			(SELECT count(*) FROM outbox_intent_attempts WHERE intent_id = i.id AND outcome = 'retry')
 			FROM outbox_intents i WHERE id = $1`, id).Scan(&state, &queued, &acted, &open, &retried); err != nil {
 			t.Fatal(err)
 		}

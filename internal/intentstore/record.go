@@ -129,8 +129,9 @@ func QueueInsertMarkers(b *pgx.Batch, consumers, messageIDs []string, inserted f
 }
 
 // QueueInsert adds to b the statement that stores ib's intents, queued
-// (see ClaimQueued), with their "recorded" events, and a notification to
-// wake dispatchers when one is due. Sent with the transaction's COMMIT in one
+// (see ClaimQueued), and a notification to wake dispatchers when one is
+// due. An ordered intent gets its "recorded" event, saying what it waits
+// for; a plain one needs none (insertIntentsSQL). Sent with the transaction's COMMIT in one
 // batch, the whole write costs one round trip; nothing is dispatched before
 // that commit, and nothing remains if the transaction rolls back. The
 // stored predecessors of ib's ordered intents must have been locked and
@@ -153,14 +154,14 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 		insertIntentQ.queue(b, pgx.NamedArgs{
 			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
 			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
-			"message_id": ib.messageIDs[0], "actor": ib.actors[0],
+			"message_id": ib.messageIDs[0],
 			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0],
 		}).Query(collect)
 	} else {
 		insertIntentsQ.queue(b, pgx.NamedArgs{
 			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
 			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
-			"message_ids": ib.messageIDs, "actors": ib.actors,
+			"message_ids": ib.messageIDs,
 			"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
 		}).Query(ib.collectIDs)
 	}
@@ -209,7 +210,7 @@ func (ib *InsertBatch) collectIDs(rows pgx.Rows) error {
 	return err
 }
 
-// InsertTx stores ib's intents, queued, with their events in tx,
+// InsertTx stores ib's intents in tx, as QueueInsert does,
 // in one round trip (two when it must lock predecessors the caller did not
 // read). A key already stored is a *intenttype.DuplicateKeyError.
 func (s *Store) InsertTx(ctx context.Context, tx pgx.Tx, ib *InsertBatch) error {
@@ -260,53 +261,30 @@ ORDER BY consumer, message_id
 ON CONFLICT (consumer, message_id) DO NOTHING
 RETURNING consumer, message_id`
 
-// insertIntentsSQL stores intents, queued, with their "recorded" events,
-// in one statement, returning each stored intent's id with its key, in id
-// order (the caller checks the keys against its input, and puts them back
-// in input order by key should they differ). consumer, message_id, the
-// trace context and the event's actor are per row, so one statement serves
-// a whole batch of messages. It neither numbers nor sorts its input, and
-// the only join is the events' hash join to their actors: numbering,
-// sorting and joining the input back for the output was, for a batch of a
-// hundred intents, most of what the statement cost beyond the rows
-// themselves. No River job is written: the dispatchers claim queued
-// intents themselves (ClaimQueued).
+// insertIntentsSQL stores intents, queued, in one statement, returning each
+// stored intent's id with its key, in id order (the caller checks the keys
+// against its input, and puts them back in input order by key should they
+// differ). consumer, message_id and the trace context are per row, so one
+// statement serves a whole batch of messages. It neither numbers nor sorts
+// its input: numbering, sorting and joining the input back for the output
+// was, for a batch of a hundred intents, most of what the statement cost
+// beyond the rows themselves. No River job is written (the dispatchers
+// claim queued intents themselves: ClaimQueued), and no "recorded" event:
+// the row says it (created_at, and the consumer that recorded it), and
+// outbox_intent_events shows it.
 const insertIntentsSQL = `
-WITH input AS (
-    SELECT *
-    FROM unnest(@keys::text[], @kinds::text[], @providers::text[], @names::text[], @payloads::jsonb[],
-                @references::text[], @consumers::text[], @message_ids::text[], @actors::text[],
-                @trace_parents::text[], @trace_states::text[])
-        AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, actor,
-             trace_parent, trace_state)
-),
-stored AS (
-    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
-                                trace_parent, trace_state, queued)
-    SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state, true
-    FROM input
-    RETURNING id, idempotency_key
-),
-events AS (
-    INSERT INTO outbox_events (intent_id, actor, to_state, reason)
-    SELECT stored.id, input.actor, 'pending', 'recorded'
-    FROM stored
-    JOIN input USING (idempotency_key)
-)
-SELECT id, idempotency_key FROM stored ORDER BY id`
+INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
+                            trace_parent, trace_state, queued)
+SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state, true
+FROM unnest(@keys::text[], @kinds::text[], @providers::text[], @names::text[], @payloads::jsonb[],
+            @references::text[], @consumers::text[], @message_ids::text[], @trace_parents::text[], @trace_states::text[])
+    AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state)
+RETURNING id, idempotency_key`
 
 // insertIntentSQL is insertIntentsSQL for the common case of one intent,
 // with plain parameters instead of arrays: less work for both sides.
 const insertIntentSQL = `
-WITH stored AS (
-    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
-                                trace_parent, trace_state, queued)
-    VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id, @trace_parent, @trace_state, true)
-    RETURNING id
-),
-events AS (
-    INSERT INTO outbox_events (intent_id, actor, to_state, reason)
-    SELECT id, @actor, 'pending', 'recorded'
-    FROM stored
-)
-SELECT id FROM stored`
+INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
+                            trace_parent, trace_state, queued)
+VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id, @trace_parent, @trace_state, true)
+RETURNING id`

@@ -37,7 +37,7 @@ func TestInsertTxReturnsEachIntentsIDInTheOrderAdded(t *testing.T) {
 		err := pool.QueryRow(ctx, `
 SELECT i.idempotency_key, (i.payload->>'n')::int, e.actor, i.queued,
        (SELECT count(*) FROM river_job j WHERE j.args->>'intent_id' = i.id::text)
-FROM outbox_intents i JOIN outbox_events e ON e.intent_id = i.id
+FROM outbox_intents i JOIN outbox_intent_events e ON e.intent_id = i.id
 WHERE i.id = $1`, id).Scan(&key, &n, &actor, &queued, &jobs)
 		if err != nil {
 			t.Fatalf("intent %d (id %d): %v", i, id, err)

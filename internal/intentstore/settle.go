@@ -3,6 +3,7 @@ package intentstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -303,10 +304,12 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		"release_skipped":  st.releaseSkipped(),
 		"queued":           st.queued(),
 	}
+	args["archive_attempt"] = false
 	if o := st.Outcome; o != nil && st.Attempt > 0 {
 		args["close_attempt"], args["finished_at"], args["outcome"] = true, o.Finished, o.Outcome
 		args["http_status"], args["attempt_provider_ref"] = nullInt(o.HTTPStatus), nullString(o.ProviderRef)
 		args["replayed"], args["attempt_error"] = o.Replayed, nullString(o.Error)
+		args["archive_attempt"] = strings.HasPrefix(o.Error, TakeOverPrefix)
 	}
 	settleQ.queue(b, args).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated) })
 	// Only when settleSQL's guard failed does adopt find an in_doubt intent.
@@ -368,12 +371,18 @@ func nullInt(n int) *int {
 // holds: from dispatching, only the attempt that holds the claim; from
 // pending or in_doubt, only the state, attempt count and key generation the
 // decision was made from. Late or stale settlements change nothing (0 rows).
-// With close_attempt, it first records the outcome of the claimed attempt
-// it settles; a late outcome (the claim was taken over) is still recorded,
-// for the audit. "May have acted" only ever turns on, except with a new key generation
-// (absence proven), which also forgets the old key and its window. An event
-// is appended for every change of state but the routine ones (an attempt's
-// claim, and a retry back to pending under the same key).
+// With close_attempt, it records the outcome of the claimed attempt it
+// settles, in the intent's row with the state (no other row for a first
+// attempt); a late outcome (the claim was taken over) is still recorded,
+// for the audit, on the attempt in outbox_attempts, where a take-over moves
+// it (archive_attempt: a settlement that closes an attempt for want of an
+// outcome moves it there at once, so a late one finds it). "May have acted"
+// only ever turns on, except with a new key generation (absence proven),
+// which also forgets the old key and its window. An event is appended for
+// every change of state but the routine ones (an attempt's claim, a retry
+// back to pending under the same key) and the success of the attempt that
+// holds the claim when the provider answered it so (not reconciled), which
+// the row says (outbox_intent_events shows it).
 const settleSQL = `
 WITH closed AS (
     UPDATE outbox_attempts
@@ -397,6 +406,12 @@ updated AS (
         recheck_count = @recheck_count,
         queued = @queued,
         claim_token = NULL,
+        attempt_finished_at = CASE WHEN @close_attempt THEN @finished_at ELSE attempt_finished_at END,
+        attempt_outcome = CASE WHEN @close_attempt THEN @outcome ELSE attempt_outcome END,
+        attempt_http_status = CASE WHEN @close_attempt THEN @http_status ELSE attempt_http_status END,
+        attempt_provider_ref = CASE WHEN @close_attempt THEN @attempt_provider_ref ELSE attempt_provider_ref END,
+        attempt_replayed = CASE WHEN @close_attempt THEN @replayed ELSE attempt_replayed END,
+        attempt_error = CASE WHEN @close_attempt THEN @attempt_error ELSE attempt_error END,
         updated_at = now(),
         finished_at = CASE WHEN @to::text IN ('succeeded', 'failed', 'cancelled') THEN now() END
     WHERE id = @id
@@ -404,13 +419,21 @@ updated AS (
       AND CASE WHEN @from::text = 'dispatching' THEN claimed_attempt = @attempt
                ELSE attempt_count = @seen_attempts AND key_generation = @seen_generation END
       AND NOT (@release_skipped AND has_dependents)
-    RETURNING id
+    RETURNING id, attempt_started_at
+),
+archived AS (
+    INSERT INTO outbox_attempts (intent_id, attempt, started_at, finished_at, outcome, http_status, provider_ref, replayed, error)
+    SELECT id, @attempt, attempt_started_at, @finished_at, @outcome, @http_status, @attempt_provider_ref, @replayed, @attempt_error
+    FROM updated
+    WHERE @archive_attempt
+    ON CONFLICT (intent_id, attempt) DO NOTHING
 ),
 event AS (
     INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
     SELECT id, 'dispatcher', @from::text, @to::text, @reason
     FROM updated
     WHERE @to::text <> @from::text AND (@to::text <> 'pending' OR @new_generation)
+      AND NOT (@from::text = 'dispatching' AND @to::text = 'succeeded' AND @outcome::text = 'succeeded')
 )
 SELECT count(*) FROM updated`
 

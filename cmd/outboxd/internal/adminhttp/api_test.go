@@ -149,13 +149,13 @@ func TestAPIActionsChangeStateAndRecordWhoAndWhy(t *testing.T) {
 		}
 	}
 	var actor, reason string
-	if err := b.pool.QueryRow(context.Background(), `SELECT actor, reason FROM outbox_events WHERE intent_id = $1 ORDER BY id DESC LIMIT 1`, resend).Scan(&actor, &reason); err != nil {
+	if err := b.pool.QueryRow(context.Background(), `SELECT actor, reason FROM outbox_intent_events WHERE intent_id = $1 ORDER BY at DESC, id DESC NULLS LAST LIMIT 1`, resend).Scan(&actor, &reason); err != nil {
 		t.Fatal(err)
 	}
 	if actor != "operator:alice" || reason != "SendGrid activity shows no such email" {
 		t.Errorf("retry's event: actor %q reason %q", actor, reason)
 	}
-	if err := b.pool.QueryRow(context.Background(), `SELECT actor FROM outbox_events WHERE intent_id = $1 ORDER BY id DESC LIMIT 1`, resolve).Scan(&actor); err != nil {
+	if err := b.pool.QueryRow(context.Background(), `SELECT actor FROM outbox_intent_events WHERE intent_id = $1 ORDER BY at DESC, id DESC NULLS LAST LIMIT 1`, resolve).Scan(&actor); err != nil {
 		t.Fatal(err)
 	}
 	if actor != "operator:api" {

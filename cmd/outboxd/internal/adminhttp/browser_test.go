@@ -176,7 +176,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Errorf("intent %d is %s after resolving in the browser, want succeeded", target, got)
 	}
 	var actor, reason string
-	if err := b.pool.QueryRow(context.Background(), `SELECT actor, reason FROM outbox_events WHERE intent_id = $1 ORDER BY id DESC LIMIT 1`, target).Scan(&actor, &reason); err != nil {
+	if err := b.pool.QueryRow(context.Background(), `SELECT actor, reason FROM outbox_intent_events WHERE intent_id = $1 ORDER BY at DESC, id DESC NULLS LAST LIMIT 1`, target).Scan(&actor, &reason); err != nil {
 		t.Fatal(err)
 	}
 	if actor != "operator:dashboard:alice" || !strings.Contains(reason, "activity feed") {

@@ -73,7 +73,7 @@ func TestAPIBulkDryRunRunAndRefusals(t *testing.T) {
 	}
 	for _, id := range ids[:2] {
 		var n int
-		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND actor = 'operator:alice' AND reason = 'SendGrid outage' AND to_state = 'pending'`, id).Scan(&n); err != nil || n != 1 {
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_intent_events WHERE intent_id = $1 AND actor = 'operator:alice' AND reason = 'SendGrid outage' AND to_state = 'pending'`, id).Scan(&n); err != nil || n != 1 {
 			t.Errorf("intent %d: %d retry events (%v), want 1", id, n, err)
 		}
 		if st := b.intentState(t, id); st != intenttype.StatePending {
@@ -81,7 +81,7 @@ func TestAPIBulkDryRunRunAndRefusals(t *testing.T) {
 		}
 	}
 	var n int
-	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE intent_id = $1`, ids[2]).Scan(&n); err != nil || n != 1 {
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_intent_events WHERE intent_id = $1`, ids[2]).Scan(&n); err != nil || n != 1 {
 		t.Errorf("the refused intent has %d events (%v), want its recorded event only", n, err)
 	}
 }

@@ -263,7 +263,7 @@ func (b *testBundle) dbState(t *testing.T) string {
 	var out string
 	err := b.pool.QueryRow(context.Background(), `SELECT
 		coalesce((SELECT json_agg(i ORDER BY id)::text FROM outbox_intents i), '[]') || ' events=' ||
-		(SELECT count(*) FROM outbox_events) || ' attempts=' || (SELECT count(*) FROM outbox_attempts) ||
+		(SELECT count(*) FROM outbox_intent_events) || ' attempts=' || (SELECT count(*) FROM outbox_intent_attempts) ||
 		' markers=' || (SELECT count(*) FROM outbox_processed_messages) ||
 		' jobs=' || (SELECT count(*) FROM river_job WHERE kind = 'outbox_dispatch' AND state <> 'completed')`).Scan(&out)
 	if err != nil {

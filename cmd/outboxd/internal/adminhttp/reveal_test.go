@@ -54,7 +54,7 @@ func TestAPIRevealIsAuditedAndChangesNoState(t *testing.T) {
 		t.Errorf("after a reveal the intent is %s", st)
 	}
 	var n int
-	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE intent_id = $1 AND reason LIKE 'revealed payload:%'`, id).Scan(&n); err != nil || n != 1 {
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_intent_events WHERE intent_id = $1 AND reason LIKE 'revealed payload:%'`, id).Scan(&n); err != nil || n != 1 {
 		t.Errorf("reveal events = %d (%v), want 1", n, err)
 	}
 }

@@ -41,7 +41,7 @@ SELECT i.id, i.kind, i.state, coalesce(i.consumer, ''), coalesce(i.message_id, '
        coalesce(e.actor, ''), coalesce(e.to_state, '')
 FROM outbox_intents i
 LEFT JOIN LATERAL (
-    SELECT actor, to_state FROM outbox_events WHERE intent_id = i.id ORDER BY id DESC LIMIT 1
+    SELECT actor, to_state FROM outbox_intent_events WHERE intent_id = i.id ORDER BY at DESC, id DESC NULLS LAST LIMIT 1
 ) e ON true
 ORDER BY i.id`
 
@@ -52,13 +52,13 @@ const namespaceSQL = `SELECT namespace FROM outbox_namespace`
 // back to pending after a consistent read proved their effect absent.
 const inDoubtEventsSQL = `
 SELECT
-    (SELECT count(*) FROM outbox_events WHERE actor = 'dispatcher' AND from_state = 'in_doubt'),
-    (SELECT count(*) FROM outbox_events WHERE actor = 'dispatcher' AND from_state = 'in_doubt' AND to_state = 'succeeded'),
-    (SELECT count(*) FROM outbox_events WHERE to_state = 'pending' AND reason LIKE '%proved it absent%')`
+    (SELECT count(*) FROM outbox_intent_events WHERE actor = 'dispatcher' AND from_state = 'in_doubt'),
+    (SELECT count(*) FROM outbox_intent_events WHERE actor = 'dispatcher' AND from_state = 'in_doubt' AND to_state = 'succeeded'),
+    (SELECT count(*) FROM outbox_intent_events WHERE to_state = 'pending' AND reason LIKE '%proved it absent%')`
 
 const attemptsSQL = `
 SELECT intent_id, attempt, started_at, finished_at, coalesce(outcome, ''), coalesce(http_status, 0), coalesce(error, '')
-FROM outbox_attempts
+FROM outbox_intent_attempts
 WHERE intent_id = ANY($1)
 ORDER BY intent_id, attempt`
 
@@ -80,8 +80,8 @@ SELECT
     (SELECT count(*) FROM (SELECT 1 FROM chaos_orders GROUP BY consumer, message_id HAVING count(*) <> 1) t),
     (SELECT count(*) FROM outbox_processed_messages m WHERE m.consumer = ANY($1)
         AND NOT EXISTS (SELECT 1 FROM chaos_orders o WHERE o.consumer = m.consumer AND o.message_id = m.message_id)),
-    (SELECT count(*) FROM outbox_attempts WHERE replayed),
-    (SELECT count(*) FROM outbox_events WHERE reason LIKE 'reconciled%')`
+    (SELECT count(*) FROM outbox_intent_attempts WHERE replayed),
+    (SELECT count(*) FROM outbox_intent_events WHERE reason LIKE 'reconciled%')`
 
 // dependentsSQL lists the intents of kinds $1 that come after others (the
 // refunds, captures and cancels), with their message's payment: the intent's kind,
@@ -94,7 +94,7 @@ SELECT f.id, f.kind, f.state, coalesce((f.payload->>'amount')::bigint, 0), coale
        coalesce(bool_and(a.state = 'succeeded'), false), max(a.finished_at),
        coalesce(bool_or(a.state IN ('failed', 'cancelled')), false),
        coalesce(bool_or(a.state IN ('in_doubt', 'waiting')), false),
-       (SELECT min(t.started_at) FROM outbox_attempts t WHERE t.intent_id = f.id)
+       (SELECT min(t.started_at) FROM outbox_intent_attempts t WHERE t.intent_id = f.id)
 FROM outbox_intents f
 JOIN outbox_intents p ON p.consumer = f.consumer AND p.message_id = f.message_id AND p.kind = $2
 LEFT JOIN outbox_intent_dependencies d ON d.intent_id = f.id

@@ -16,7 +16,7 @@ func (db *operatorDB) rows(t *testing.T) string {
 	t.Helper()
 	var out string
 	if err := db.pool.QueryRow(context.Background(), `SELECT (SELECT json_agg(i ORDER BY id)::text FROM outbox_intents i) ||
-		(SELECT count(*) FROM outbox_events)::text`).Scan(&out); err != nil {
+		(SELECT count(*) FROM outbox_intent_events)::text`).Scan(&out); err != nil {
 		t.Fatal(err)
 	}
 	return out

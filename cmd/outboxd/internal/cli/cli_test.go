@@ -498,8 +498,8 @@ func TestRunNeverPrintsOrStoresTheAPIKeyWhenTheProviderRefusesIt(t *testing.T) {
 	if err := rd.pool.QueryRow(context.Background(), `
 		SELECT concat_ws(' | ',
 			(SELECT string_agg(coalesce(last_error, '') || ' ' || coalesce(provider_ref, ''), ' ') FROM outbox_intents),
-			(SELECT string_agg(coalesce(error, ''), ' ') FROM outbox_attempts),
-			(SELECT string_agg(reason, ' ') FROM outbox_events),
+			(SELECT string_agg(coalesce(error, ''), ' ') FROM outbox_intent_attempts),
+			(SELECT string_agg(reason, ' ') FROM outbox_intent_events),
 			(SELECT string_agg(coalesce(errors::text, ''), ' ') FROM river_job))`).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}

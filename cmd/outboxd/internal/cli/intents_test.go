@@ -73,7 +73,7 @@ func (db *operatorDB) state(t *testing.T, id int64) (intenttype.State, int) {
 	t.Helper()
 	var state intenttype.State
 	var events int
-	if err := db.pool.QueryRow(context.Background(), `SELECT state, (SELECT count(*) FROM outbox_events WHERE intent_id = $1) FROM outbox_intents WHERE id = $1`, id).
+	if err := db.pool.QueryRow(context.Background(), `SELECT state, (SELECT count(*) FROM outbox_intent_events WHERE intent_id = $1) FROM outbox_intents WHERE id = $1`, id).
 		Scan(&state, &events); err != nil {
 		t.Fatal(err)
 	}
@@ -309,20 +309,20 @@ func TestIntentsRetryCancelResolve(t *testing.T) {
 	db.setState(t, db.receipt, intenttype.StateInDoubt, "ambiguous")
 	db.setState(t, db.payment, intenttype.StateInDoubt, "ambiguous")
 
-	// retry: in_doubt -> pending, with a dispatch job, recorded with the
-	// actor from $USER.
+	// retry: in_doubt -> pending, queued for the dispatchers, recorded with
+	// the actor from $USER.
 	r := db.run(t, "intents", "retry", fmt.Sprint(db.receipt), "--reason", "not in SendGrid's activity feed")
 	if r.code != 0 {
 		t.Fatalf("retry: %s", r)
 	}
-	wantContains(t, "retry stdout", r.stdout, fmt.Sprintf("intent %d is now pending (retry by operator:alice", db.receipt), "dispatch job")
+	wantContains(t, "retry stdout", r.stdout, fmt.Sprintf("intent %d is now pending (retry by operator:alice", db.receipt), "queued for the dispatchers")
 	if strings.Contains(r.stdout, "resend") {
 		t.Errorf("retry's output says resend:\n%s", r.stdout)
 	}
 	var actor, reason string
 	var queued bool
 	if err := db.pool.QueryRow(ctx, `SELECT actor, reason, (SELECT queued FROM outbox_intents WHERE id = $1)
-		FROM outbox_events WHERE intent_id = $1 ORDER BY id DESC LIMIT 1`, db.receipt).Scan(&actor, &reason, &queued); err != nil {
+		FROM outbox_intent_events WHERE intent_id = $1 ORDER BY at DESC, id DESC NULLS LAST LIMIT 1`, db.receipt).Scan(&actor, &reason, &queued); err != nil {
 		t.Fatal(err)
 	}
 	if actor != "operator:alice" || reason != "not in SendGrid's activity feed" || !queued {
@@ -471,7 +471,7 @@ func TestIntentsRefuseBadBytesInFlagsAndArguments(t *testing.T) {
 	snapshot := func() string {
 		var s string
 		if err := db.pool.QueryRow(context.Background(), `SELECT (SELECT json_agg(i ORDER BY id)::text FROM outbox_intents i) ||
-			(SELECT count(*) FROM outbox_events) || '/' || (SELECT count(*) FROM river_job WHERE state <> 'completed')`).Scan(&s); err != nil {
+			(SELECT count(*) FROM outbox_intent_events) || '/' || (SELECT count(*) FROM river_job WHERE state <> 'completed')`).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
 		return s

@@ -89,8 +89,8 @@ func fill(ctx context.Context, pool *pgxpool.Pool, dbl *sandbox.Sandbox, r *Repo
 		return err
 	}
 	return pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM outbox_attempts WHERE replayed),
-		(SELECT count(*) FROM outbox_events WHERE reason LIKE 'reconciled%')`).Scan(&r.ProviderReplays, &r.Reconciled)
+		(SELECT count(*) FROM outbox_intent_attempts WHERE replayed),
+		(SELECT count(*) FROM outbox_intent_events WHERE reason LIKE 'reconciled%')`).Scan(&r.ProviderReplays, &r.Reconciled)
 }
 
 // countAtDoubles counts the effects and the faults the doubles recorded.
@@ -196,9 +196,9 @@ SELECT o.id, o.amount_cents, o.refund_cents,
        p.state, coalesce(p.provider_ref, ''),
        CASE WHEN p.state = 'succeeded' THEN p.finished_at END,
        coalesce(f.state, ''),
-       (SELECT min(a.started_at) FROM outbox_attempts a WHERE a.intent_id = f.id),
+       (SELECT min(a.started_at) FROM outbox_intent_attempts a WHERE a.intent_id = f.id),
        c.state,
-       (SELECT min(a.started_at) FROM outbox_attempts a WHERE a.intent_id = c.id)
+       (SELECT min(a.started_at) FROM outbox_intent_attempts a WHERE a.intent_id = c.id)
 FROM demo_orders o
 JOIN outbox_intents p ON p.reference = o.id AND p.name = 'payment'
 JOIN outbox_intents c ON c.reference = o.id AND c.name = 'receipt'

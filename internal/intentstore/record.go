@@ -154,14 +154,14 @@ func (s *Store) QueueInsert(b *pgx.Batch, ib *InsertBatch) {
 		insertIntentQ.queue(b, pgx.NamedArgs{
 			"key": ib.keys[0], "kind": ib.kinds[0], "provider": ib.providers[0], "name": ib.names[0],
 			"payload": ib.payloads[0], "reference": ib.refs[0], "consumer": ib.consumers[0],
-			"message_id": ib.messageIDs[0],
+			"message_id":   ib.messageIDs[0],
 			"trace_parent": ib.traceParents[0], "trace_state": ib.traceStates[0],
 		}).Query(collect)
 	} else {
 		insertIntentsQ.queue(b, pgx.NamedArgs{
 			"keys": ib.keys, "kinds": ib.kinds, "providers": ib.providers, "names": ib.names,
 			"payloads": ib.payloads, "references": ib.refs, "consumers": ib.consumers,
-			"message_ids": ib.messageIDs,
+			"message_ids":   ib.messageIDs,
 			"trace_parents": ib.traceParents, "trace_states": ib.traceStates,
 		}).Query(ib.collectIDs)
 	}

@@ -215,6 +215,12 @@ func (c *Config) Validate() error {
 
 func (c *Config) jobTimeout() time.Duration { return 2*c.CallTimeout + 5*time.Second }
 
+// workerWait is how long a River dispatch job waits for one of the
+// dispatcher's workers before it is snoozed: half the slack between an
+// attempt's bound and RescueStuckJobsAfter, so that a job waiting and then
+// working is never taken for stuck.
+func (c *Config) workerWait() time.Duration { return (c.RescueStuckJobsAfter - c.jobTimeout()) / 2 }
+
 func (c *Config) withDefaults() (*Config, error) {
 	if c == nil {
 		return nil, errors.New("dispatcher: Config is required (it must name the providers)")

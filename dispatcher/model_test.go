@@ -507,6 +507,8 @@ func TestModel(t *testing.T) {
 			{"step", m.actStep},
 			{"step", m.actStep},
 			{"claim_batch", m.actClaimBatch},
+			{"river_job", m.actRiverJob},
+			{"sweep", m.actSweep},
 			{"crash", m.actCrash},
 			{"park", m.actPark},
 			{"release", m.actRelease},
@@ -848,6 +850,9 @@ func (m *model) dispatch(ctx context.Context, id int64, queued bool, state inten
 	switch {
 	case queued && state == intenttype.StatePending:
 		batch, err := m.d.claimQueued(ctx, 1)
+		if err != nil {
+			_ = m.d.releaseUnsent(ctx, nil, err) // as the fetch loop does
+		}
 		m.env.queue.claims++
 		m.env.queue.claimed += len(batch.Claimed)
 		if err != nil || len(batch.Claimed) == 0 {
@@ -949,6 +954,9 @@ func (m *model) actClaimBatch(t *rapid.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), modelWait)
 	defer cancel()
 	batch, err := m.d.claimQueued(ctx, n)
+	if err != nil {
+		_ = m.d.releaseUnsent(ctx, nil, err) // as the fetch loop does
+	}
 	m.env.queue.claims++
 	m.env.queue.batches++
 	m.env.queue.claimed += len(batch.Claimed)
@@ -978,6 +986,58 @@ func (m *model) actClaimBatch(t *rapid.T) {
 		desc = append(desc, fmt.Sprintf("intent %d fault=%s %s → %s", l.Row.ID, plans[i].fault.Name, plans[i].interrupt, m.state(t, l.Row.ID)))
 	}
 	m.note(t, "the queue claims %d: %s; %d handed to River", n, strings.Join(desc, "; "), batch.HandedOver)
+}
+
+// actRiverJob is River fetching one of its live dispatch jobs, whatever the
+// intent is doing meanwhile (queued, held by a parked worker, in_doubt),
+// and running it.
+func (m *model) actRiverJob(t *rapid.T) {
+	rows, err := m.env.pool.Query(context.Background(), `SELECT DISTINCT (args->>'intent_id')::bigint FROM river_job
+		WHERE kind = 'outbox_dispatch' AND state IN ('available', 'scheduled', 'retryable') ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) == 0 {
+		return
+	}
+	id := rapid.SampledFrom(ids).Draw(t, "job_of")
+	before := m.state(t, id)
+	m.setPlan(plan{fault: m.drawFault(t)})
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), modelWait)
+		defer cancel()
+		done <- m.riverWork(ctx, id)
+	}()
+	var werr error
+	select {
+	case werr = <-done:
+	case <-time.After(modelWait):
+		t.Fatalf("River's job of intent %d did not finish within %s", id, modelWait)
+	}
+	m.setPlan(plan{})
+	if me := (*modelError)(nil); errors.As(werr, &me) {
+		t.Fatal(me)
+	}
+	m.note(t, "River runs the job of intent %d: %s → %s (work: %v)", id, before, m.state(t, id), werr)
+}
+
+// actSweep is the leader's sweep (Sweep): it hands the queue's claims older
+// than RescueStuckJobsAfter, by the model's clock, to River jobs, and gives
+// a job to River's intents that lost theirs.
+func (m *model) actSweep(t *rapid.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), modelWait)
+	defer cancel()
+	n, err := m.d.Sweep(ctx)
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	m.env.queue.handedOver += n
+	m.note(t, "sweep: %d given to River", n)
 }
 
 func (m *model) actStep(t *rapid.T) {
@@ -1334,6 +1394,18 @@ func (m *model) check(t *rapid.T) {
 		ORDER BY id LIMIT 1`).Scan(&orphan)
 	if err == nil {
 		t.Fatalf("intent %d: %s without the queue or a live River job\n%s", orphan, m.state(t, orphan), m.report(orphan))
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatal(err)
+	}
+	// ... never both: a River job never works a queued intent.
+	err = m.env.pool.QueryRow(ctx, `SELECT id FROM outbox_intents i
+		WHERE queued AND EXISTS (
+			SELECT 1 FROM river_job j WHERE j.kind = 'outbox_dispatch' AND (j.args->>'intent_id')::bigint = i.id
+			  AND j.state IN ('available', 'scheduled', 'retryable', 'running'))
+		ORDER BY id LIMIT 1`).Scan(&orphan)
+	if err == nil {
+		t.Fatalf("intent %d: queued, and a River job is live for it\n%s", orphan, m.report(orphan))
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatal(err)

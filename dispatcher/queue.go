@@ -32,11 +32,14 @@ type queue struct {
 	// wake has a value when a fetch is due (a notification, a start).
 	wake chan struct{}
 	// stopFetching ends the fetch loops and the listener; cancelWork ends
-	// the workers' calls, on a hard stop.
+	// the workers' calls and the releases of lost claims, on a hard stop.
 	stopFetching context.CancelFunc
 	cancelWork   context.CancelFunc
+	workCtx      context.Context
 	loops        sync.WaitGroup
-	workers      sync.WaitGroup
+	// workers and releases are the goroutines Stop waits for: the claimed
+	// intents' and the releases of claims whose answer was lost.
+	workers sync.WaitGroup
 }
 
 // workers bounds how many intents a dispatcher works at once, by the queue
@@ -83,7 +86,7 @@ func (d *Dispatcher) startQueue(ctx context.Context) {
 	q := &queue{d: d, wake: make(chan struct{}, 1)}
 	fetchCtx, stopFetching := context.WithCancel(context.WithoutCancel(ctx))
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	q.stopFetching, q.cancelWork = stopFetching, cancelWork
+	q.stopFetching, q.cancelWork, q.workCtx = stopFetching, cancelWork, workCtx
 	q.signal() // intents may have been queued before the start
 	q.loops.Go(func() { q.listen(fetchCtx) })
 	for range d.config.FetchLoops {
@@ -159,6 +162,9 @@ func (q *queue) fetch(ctx, workCtx context.Context) bool {
 	batch, err := d.claimQueued(ctx, n)
 	d.workers.release(n - len(batch.Claimed))
 	if err != nil {
+		// It may have committed: what it took goes back to the queue, once
+		// the database answers, unless Stop gives up first.
+		q.workers.Go(func() { _ = d.releaseUnsent(workCtx, nil, err) })
 		return false
 	}
 	for _, l := range batch.Claimed {
@@ -173,15 +179,12 @@ func (q *queue) fetch(ctx, workCtx context.Context) bool {
 }
 
 // claimQueued claims up to n queued intents (intentstore.ClaimQueued). A
-// claim whose answer was lost may have committed: what it took is released
-// at once, not called, back to the queue.
+// claim whose answer was lost may have committed: the caller releases what
+// it took (releaseUnsent).
 func (d *Dispatcher) claimQueued(ctx context.Context, n int) (intentstore.ClaimBatch, error) {
 	batch, err := d.store.ClaimQueued(ctx, d.rules, n, d.claimTime())
-	if err != nil {
-		if ctx.Err() == nil {
-			d.config.Logger.WarnContext(ctx, "could not claim queued intents; will try again", "error", err)
-		}
-		_ = d.releaseUnsent(context.WithoutCancel(ctx), nil, err)
+	if err != nil && ctx.Err() == nil {
+		d.config.Logger.WarnContext(ctx, "could not claim queued intents; will try again", "error", err)
 	}
 	return batch, err
 }

@@ -20,16 +20,32 @@ type dispatchWorker struct {
 	d *Dispatcher
 }
 
+// Timeout is an attempt's bound and the longest wait for one of the
+// dispatcher's workers: waiting for a worker must not shorten the call
+// (a call cut short after its request left is ambiguous).
 func (w *dispatchWorker) Timeout(*river.Job[intentstore.DispatchArgs]) time.Duration {
-	return w.d.config.jobTimeout()
+	return w.d.config.jobTimeout() + w.d.config.workerWait()
 }
 
+// workerBusySnooze is how soon a job that found no free worker is run again.
+const workerBusySnooze = time.Second
+
 func (w *dispatchWorker) Work(ctx context.Context, job *river.Job[intentstore.DispatchArgs]) error {
-	// One of the dispatcher's workers, shared with the queue.
-	if w.d.workers.acquire(ctx, 1) == 0 {
-		return ctx.Err()
+	// One of the dispatcher's workers, shared with the queue; none free
+	// within workerWait: the job runs again soon (a snooze spends none of
+	// its attempts).
+	waitCtx, cancel := context.WithTimeout(ctx, w.d.config.workerWait())
+	got := w.d.workers.acquire(waitCtx, 1)
+	cancel()
+	if got == 0 {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return river.JobSnooze(workerBusySnooze)
 	}
 	defer w.d.workers.release(1)
+	ctx, cancelWork := context.WithTimeout(ctx, w.d.config.jobTimeout())
+	defer cancelWork()
 	return w.d.work(ctx, job.ID, job.Args.IntentID)
 }
 
@@ -54,7 +70,7 @@ func (d *Dispatcher) work(ctx context.Context, jobID, intentID int64) error {
 		return nil
 	}
 	if err != nil {
-		return d.releaseUnsent(ctx, []int64{intentID}, err)
+		return d.releaseUnsent(context.WithoutCancel(ctx), []int64{intentID}, err)
 	}
 	row := loaded.Row
 	if row.Queued {
@@ -209,18 +225,18 @@ func (s *step) attempt(ctx context.Context) error {
 		_, span := d.startAttempt(ctx, s.row, s.p.Name())
 		spanError(span, err.Error())
 		span.End()
-		return d.releaseUnsent(ctx, []int64{s.row.ID}, err)
+		return d.releaseUnsent(context.WithoutCancel(ctx), []int64{s.row.ID}, err)
 	}
 	return s.perform(ctx, claim)
 }
 
 // releaseUnsent follows a claim whose answer never came (err): it may have
 // committed, and this worker knows it did not call the provider, so it
-// says so once the database answers again, instead of leaving attempts
-// that read as stopped during their call (DESIGN.md, invariant 15). ids
-// are the intents it may have claimed; nil: unknown (a batch of the
-// queue). It returns err: River runs the job again; the queue claims the
-// released intents again.
+// says so once the database answers again (until ctx ends), instead of
+// leaving attempts that read as stopped during their call (DESIGN.md,
+// invariant 15). ids are the intents it may have claimed; nil: unknown (a
+// batch of the queue). It returns err: River runs the job again; the queue
+// claims the released intents again.
 func (d *Dispatcher) releaseUnsent(ctx context.Context, ids []int64, err error) error {
 	released, relErr := d.store.ReleaseUnsent(ctx, ids, err, "not called: the claim's answer was lost ("+err.Error()+")")
 	switch {

@@ -31,10 +31,11 @@ UPDATE outbox_intents i SET attempt_started_at = a.started
 FROM (SELECT intent_id, max(started_at) AS started FROM outbox_attempts GROUP BY intent_id) a
 WHERE a.intent_id = i.id;
 
--- The queue is the front of this index: queued intents in id order. The
+-- The queue is the front of this index: each provider's queued intents in
+-- id order, so that a dispatcher reads only the providers it serves. The
 -- claim changes none of its columns, so it is a HOT update when the page
 -- has room; the rest of the unfinished intents (in_doubt, waiting, those
 -- River holds) are its other half, which lists of them read without the
 -- queue's backlog.
 DROP INDEX outbox_intents_unfinished_idx;
-CREATE INDEX outbox_intents_unfinished_idx ON outbox_intents (queued, id) WHERE finished_at IS NULL;
+CREATE INDEX outbox_intents_unfinished_idx ON outbox_intents (queued, provider, id) WHERE finished_at IS NULL;

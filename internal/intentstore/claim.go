@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 )
@@ -163,18 +164,18 @@ func queueClaim(b *pgx.Batch, p ClaimParams) *claimResult {
 // attempt that stopped during its call (DESIGN.md, invariant 15). The
 // claim is known by the token its error carries (ClaimLostError); ids are
 // the intents it may have claimed, or nil when the caller cannot know
-// (a batch of ClaimQueued: the queued claims are searched). It reports how
-// many it released (none: the claim had not committed, or was already
-// settled) and retries transient errors for Config.RetryFor, so it says so
-// once the database is back. An error that carries no token releases
-// nothing.
+// (a batch of ClaimQueued: every claim is searched). It reports how many
+// it released (none: the claim had not committed, or was already settled)
+// and retries transient errors for Config.RetryFor or until ctx ends, so
+// it says so once the database is back. An error that carries no token,
+// or proves the claim was never sent, releases nothing.
 func (s *Store) ReleaseUnsent(ctx context.Context, ids []int64, claimErr error, why string) (int, error) {
 	token, ok := claimToken(claimErr)
-	if !ok {
+	if !ok || neverSent(claimErr) {
 		return 0, nil
 	}
 	var n int
-	err := s.retryTransient(context.WithoutCancel(ctx), func(ctx context.Context) error {
+	err := s.retryTransient(ctx, func(ctx context.Context) error {
 		sql := releaseUnsentByIDSQL
 		if ids == nil {
 			sql = releaseUnsentQueuedSQL
@@ -250,6 +251,13 @@ func archiveLatestCTE(ids, takeOver string) string {
 )`
 }
 
+// neverSent reports whether err proves its statement never reached the
+// server: pgconn's own word for it, or no connection at all.
+func neverSent(err error) bool {
+	var connect *pgconn.ConnectError
+	return pgconn.SafeToRetry(err) || errors.As(err, &connect)
+}
+
 // releaseUnsentSQL moves back to pending every intent the claim @token
 // holds among those held selects, as a retry under the same key does (no
 // event; the attempt and last_error say why), and closes, as not called,
@@ -277,10 +285,11 @@ SELECT count(*) FROM released`
 var (
 	// releaseUnsentByIDSQL releases among the intents of @ids.
 	releaseUnsentByIDSQL = releaseUnsentSQL(`SELECT unnest(@ids::bigint[])`)
-	// releaseUnsentQueuedSQL releases among the queued claims (a batch
-	// whose intents the claimer never learnt): the front of the queue's
-	// index, read only after a lost answer.
+	// releaseUnsentQueuedSQL releases among every claim (a batch whose
+	// intents the claimer never learnt; the sweep may have handed them to
+	// River meanwhile): the unfinished intents, read only after a lost
+	// answer.
 	releaseUnsentQueuedSQL = releaseUnsentSQL(`
             SELECT id FROM outbox_intents
-            WHERE finished_at IS NULL AND queued AND state = 'dispatching' AND claim_token = @token`)
+            WHERE finished_at IS NULL AND state = 'dispatching' AND claim_token = @token`)
 )

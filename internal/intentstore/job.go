@@ -164,10 +164,16 @@ var insertJobsCTE = jobsCTE("available", "now()")
 
 // scheduledJobsCTE is insertJobsCTE for jobs scheduled @retry_in_us
 // microseconds from now (a later attempt), in River's scheduled state:
-// River's scheduler makes them available when they are due.
+// River's scheduler makes them available when they are due. A live job of
+// the intent that is not running is moved to that time instead.
 var scheduledJobsCTE = jobsCTE("scheduled", "now() + @retry_in_us::bigint * interval '1 microsecond'")
 
 func jobsCTE(state, scheduledAt string) string {
+	onConflict := `DO NOTHING`
+	if state == "scheduled" {
+		onConflict = `DO UPDATE SET state = 'scheduled', scheduled_at = EXCLUDED.scheduled_at
+        WHERE river_job.state IN ('available', 'scheduled', 'retryable')`
+	}
 	return `jobs AS (
     INSERT INTO river_job (args, kind, queue, priority, max_attempts, state, scheduled_at, metadata, tags, unique_key, unique_states)
     SELECT jsonb_build_object('intent_id', id), @job_kind::text, @job_queue::text, @job_priority::smallint, @job_max_attempts::smallint,
@@ -180,7 +186,7 @@ func jobsCTE(state, scheduledAt string) string {
         WHERE unique_key IS NOT NULL
             AND unique_states IS NOT NULL
             AND river_job_state_in_bitmask(unique_states, state)
-        DO NOTHING
+        ` + onConflict + `
 )`
 }
 

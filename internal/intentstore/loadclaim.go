@@ -216,7 +216,7 @@ func queueLoadClaim(b *pgx.Batch, req loadClaimReq) *loadClaimResult {
 // fits. The guard is re-checked on the row as it is when the update runs,
 // so of two jobs for one intent only one claims it.
 var loadClaimSQL = `
-WITH ` + claimRulesCTE(`i.id = @id`) + `,
+WITH ` + claimRulesCTE(`outbox_intents i`, `i.id = @id`) + `,
 claimed AS (
     ` + claimFromPending + `
       AND i.state = 'pending'
@@ -230,16 +230,19 @@ FROM outbox_intents
 LEFT JOIN claimed c ON true
 WHERE outbox_intents.id = @id`
 
-// claimRulesCTE is "rules": for each intent that which (a condition on i)
-// selects, of a provider served here, what ClaimRules allow it: its attempt
-// budget and its provider's longest key, and the key derived for it whole.
-func claimRulesCTE(which string) string {
+// claimRulesCTE is "rules": for each intent of from (a relation of
+// intents' rows, named i) that which (a condition on i) selects, of a
+// provider served here, what ClaimRules allow it: its attempt budget and
+// its provider's longest key, and the key derived for it whole, from the
+// key generation it was read at (claimFromPending claims it only at that
+// generation).
+func claimRulesCTE(from, which string) string {
 	return `rules AS (
-    SELECT i.id,
+    SELECT i.id, i.key_generation,
         coalesce(k.max_attempts, @max_attempts::integer) AS max_attempts,
         p.max_key_length,
         @namespace::text || '.' || i.key_generation::text || '/' || i.idempotency_key AS derived_key
-    FROM outbox_intents i
+    FROM ` + from + `
     JOIN unnest(@providers::text[], @max_key_lengths::integer[]) AS p(name, max_key_length) ON p.name = i.provider
     LEFT JOIN unnest(@kinds::text[], @kind_max_attempts::integer[]) AS k(kind, max_attempts) ON k.kind = i.kind
     WHERE ` + which + `
@@ -262,6 +265,7 @@ var claimFromPending = `UPDATE outbox_intents i
         updated_at = now()
     FROM rules r
     WHERE i.id = ANY(ARRAY(SELECT id FROM rules)) AND i.id = r.id
+      AND i.key_generation = r.key_generation
       AND NOT i.may_have_acted
       AND i.attempt_count - i.budget_from < r.max_attempts
       AND (i.provider_key IS NOT NULL OR octet_length(r.derived_key) <= r.max_key_length)`

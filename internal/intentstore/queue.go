@@ -137,25 +137,35 @@ func (s *Store) HandOverStale(ctx context.Context, claimedBefore time.Time, limi
 
 // claimQueuedSQL is ClaimQueued's one statement. picked takes the oldest
 // queued pending intents of the providers served, skipping those another
-// transaction holds (an index scan of the front of
-// outbox_intents_unfinished_idx, the queue); claimed claims those the
-// rules allow to be attempted at once, as loadClaimSQL claims one, and
-// opens their attempts in their rows (a first attempt writes no other
-// row); handed gives the others to River dispatch jobs.
-// The claim changes no indexed column, so it is a HOT update when the page
-// has room. The rows returned are the intents as they were before the
-// claim (the statement's snapshot) with, for each claimed one, its claim,
-// and for each handed over, none (River's producers find those jobs at
-// their next poll, FetchPollInterval).
+// transaction holds: for each provider, the front of its part of
+// outbox_intents_unfinished_idx (queued, provider, id), so that the queued
+// intents of a provider no dispatcher here serves are never read; then the
+// oldest of those. It reads each row as it locked it, the newest version,
+// and everything after it is decided from those values (the statement's
+// snapshot may be older: an intent resent meanwhile has a new key
+// generation). claimed claims those the rules allow to be attempted at
+// once, as loadClaimSQL claims one, and opens their attempts in their rows
+// (a first attempt writes no other row); handed gives the others to River
+// dispatch jobs. The claim changes no indexed column, so it is a HOT update
+// when the page has room. The rows returned are the intents as picked read
+// them, before the claim, with, for each claimed one, its claim, and for
+// each handed over, none (River's producers find those jobs at their next
+// poll, FetchPollInterval).
 var claimQueuedSQL = `
 WITH picked AS (
-    SELECT id FROM outbox_intents
-    WHERE finished_at IS NULL AND queued AND state = 'pending' AND provider = ANY(@providers::text[])
-    ORDER BY id
+    SELECT q.*
+    FROM unnest(@providers::text[]) AS p(name)
+    CROSS JOIN LATERAL (
+        SELECT * FROM outbox_intents
+        WHERE finished_at IS NULL AND queued AND provider = p.name AND state = 'pending'
+        ORDER BY id
+        LIMIT @limit
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) q
+    ORDER BY q.id
     LIMIT @limit
-    FOR NO KEY UPDATE SKIP LOCKED
 ),
-` + claimRulesCTE(`i.id = ANY(ARRAY(SELECT id FROM picked))`) + `,
+` + claimRulesCTE(`picked i`, `true`) + `,
 claimed AS (
     ` + claimFromPending + `
     RETURNING i.id AS claimed_id, i.attempt_count AS claim_attempt, i.provider_key AS claim_key,
@@ -173,10 +183,9 @@ inserted AS (
 ),
 ` + insertJobsCTE + `
 SELECT ` + intentColumns + `, c.claim_attempt, c.claim_key, c.claim_namespace, c.claim_first_used
-FROM outbox_intents
-LEFT JOIN claimed c ON c.claimed_id = outbox_intents.id
-WHERE outbox_intents.id = ANY(ARRAY(SELECT id FROM picked))
-ORDER BY outbox_intents.id`
+FROM picked
+LEFT JOIN claimed c ON c.claimed_id = picked.id
+ORDER BY picked.id`
 
 // handOverStaleSQL gives the queued claims started before @before to River
 // dispatch jobs (see HandOverStale), oldest first. River's producers find

@@ -270,3 +270,52 @@ func TestASettlementToPendingQueuesOrSchedulesTheNextAttempt(t *testing.T) {
 		})
 	}
 }
+
+// The sweep may hand a queue's claim to River while its worker is alive
+// (its settlement retried through an outage, or its clock behind the
+// leader's). Its late settlement still holds the claim and applies, but
+// the intent stays River's: never queued beside a live job; and a later
+// attempt moves that job to its retry time rather than adding a second.
+func TestALateSettlementOfAHandedOverClaimLeavesTheIntentRivers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, retryIn := range []time.Duration{0, 30 * time.Second} {
+		t.Run(fmt.Sprintf("retry in %s", retryIn), func(t *testing.T) {
+			t.Parallel()
+			pool, store := newStore(t)
+			id := recordQueued(t, pool, store, 1)[0]
+			now := time.Now()
+			b, err := store.ClaimQueued(ctx, queueRules(), 1, now.Add(-time.Hour))
+			if err != nil || len(b.Claimed) != 1 {
+				t.Fatalf("claim = %+v, %v", b, err)
+			}
+			if n, err := store.HandOverStale(ctx, now.Add(-time.Minute), 100); err != nil || n != 1 {
+				t.Fatalf("HandOverStale = %d, %v", n, err)
+			}
+			l := b.Claimed[0]
+			row := l.Row
+			row.State, row.ClaimedAttempt, row.AttemptCount = intenttype.StateDispatching, l.Claim.Attempt, l.Claim.Attempt
+			res, err := store.Settle(ctx, intentstore.Settlement{Row: row, From: intenttype.StateDispatching, Attempt: l.Claim.Attempt,
+				To: intenttype.StatePending, LastError: "429", RetryIn: retryIn,
+				Outcome: &intentstore.AttemptOutcome{Finished: time.Now(), Outcome: "retry", HTTPStatus: 429}})
+			if err != nil || !res.Applied {
+				t.Fatalf("late settlement = %+v, %v", res, err)
+			}
+			var queued bool
+			var jobs int
+			var dueIn float64
+			if err := pool.QueryRow(ctx, `SELECT queued,
+				(SELECT count(*) FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id)),
+				(SELECT extract(epoch FROM scheduled_at - now()) FROM river_job WHERE args @> jsonb_build_object('intent_id', i.id))
+				FROM outbox_intents i WHERE id = $1`, id).Scan(&queued, &jobs, &dueIn); err != nil {
+				t.Fatal(err)
+			}
+			if queued || jobs != 1 {
+				t.Fatalf("queued %v with %d River jobs, want River's alone: one job", queued, jobs)
+			}
+			if retryIn > 0 && (dueIn < 20 || dueIn > 31) {
+				t.Fatalf("the job is due in %.0fs, want it moved to the retry time (30s)", dueIn)
+			}
+		})
+	}
+}

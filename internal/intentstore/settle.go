@@ -60,7 +60,9 @@ type Settlement struct {
 	// long the next attempt must wait: 0 queues the intent (the
 	// dispatchers claim it at once, see ClaimQueued); more gives it to a
 	// River dispatch job scheduled that long after the commit, by the
-	// database's clock.
+	// database's clock. A queue's claim that the sweep handed to River
+	// while its worker was still settling stays River's: its job makes
+	// the next attempt (at the retry time: the job is moved to it).
 	RetryIn time.Duration
 }
 
@@ -303,6 +305,7 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		"take_over_prefix": TakeOverPrefix,
 		"release_skipped":  st.releaseSkipped(),
 		"queued":           st.queued(),
+		"job_id":           st.JobID,
 	}
 	args["archive_attempt"] = false
 	if o := st.Outcome; o != nil && st.Attempt > 0 {
@@ -404,7 +407,7 @@ updated AS (
         last_error = @last_error,
         recheck_at = @recheck_at,
         recheck_count = @recheck_count,
-        queued = @queued,
+        queued = @queued AND (queued OR @from::text <> 'dispatching' OR @job_id::bigint <> 0),
         claim_token = NULL,
         attempt_finished_at = CASE WHEN @close_attempt THEN @finished_at ELSE attempt_finished_at END,
         attempt_outcome = CASE WHEN @close_attempt THEN @outcome ELSE attempt_outcome END,
@@ -514,7 +517,9 @@ WHERE id = @job_id AND state::text = 'running' AND EXISTS (SELECT 1 FROM settled
 // scheduleRetrySQL gives an intent a settlement left pending for a later
 // attempt a River dispatch job, scheduled @retry_in_us microseconds from
 // now, as River's InsertManyTx would write it (insertJobsCTE, state
-// scheduled): River's scheduler makes it available then.
+// scheduled): River's scheduler makes it available then. An intent whose
+// job is live already (the sweep handed a queue's claim to River while its
+// worker settled) has that job moved to the retry time, unless it runs.
 var scheduleRetrySQL = `
 WITH ` + writtenPendingCTE + `,
 inserted AS (

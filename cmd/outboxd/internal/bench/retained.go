@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
+	"github.com/outboxkit/outbox/adminhttp"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )

@@ -17,13 +17,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
+	"github.com/outboxkit/outbox/adminhttp"
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/secret"
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/dispatcher/metrics"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/migrations"
 	"github.com/outboxkit/outbox/providers"
 )

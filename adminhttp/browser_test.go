@@ -190,7 +190,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	shot := filepath.Join(t.TempDir(), "dashboard.png")
 	if os.Getenv("UPDATE_SCREENSHOT") == "1" {
-		shot = filepath.Join("..", "..", "..", "..", "docs", "dashboard.png")
+		shot = filepath.Join("..", "docs", "dashboard.png")
 	}
 	br.screenshot(shot)
 }

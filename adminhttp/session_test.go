@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
+	"github.com/outboxkit/outbox/adminhttp"
 )
 
 var formHeader = map[string]string{"Content-Type": "application/x-www-form-urlencoded"}

@@ -13,10 +13,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/bytecheck"
+	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/internal/tracing"
 )
 

@@ -53,8 +53,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
 	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/internal/ingest"
 )
 
 // Defaults and limits.

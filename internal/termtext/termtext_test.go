@@ -3,7 +3,7 @@ package termtext_test
 import (
 	"testing"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
+	"github.com/outboxkit/outbox/internal/termtext"
 )
 
 func TestClean(t *testing.T) {

@@ -57,15 +57,15 @@ type actionRequest struct {
 	ProviderRef string `json:"provider_ref"`
 }
 
-func (s *Server) apiList(w http.ResponseWriter, r *http.Request) error {
-	f, err := parseFilter(r.URL.Query(), s.cfg.Now())
+func (h *Handler) apiList(w http.ResponseWriter, r *http.Request) error {
+	f, err := parseFilter(r.URL.Query(), h.cfg.Now())
 	if err != nil {
 		return err
 	}
-	if err := s.checkKnownChoices(r.Context(), f); err != nil {
+	if err := h.checkKnownChoices(r.Context(), f); err != nil {
 		return err
 	}
-	page, err := s.cfg.Audit.List(r.Context(), f)
+	page, err := h.cfg.Audit.List(r.Context(), f)
 	if err != nil {
 		return err
 	}
@@ -76,12 +76,12 @@ func (s *Server) apiList(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) error {
+func (h *Handler) apiGet(w http.ResponseWriter, r *http.Request) error {
 	ref := r.PathValue("ref")
 	if err := checkRef(ref); err != nil {
 		return err
 	}
-	d, err := s.cfg.Audit.Get(r.Context(), ref)
+	d, err := h.cfg.Audit.Get(r.Context(), ref)
 	if err != nil {
 		return err
 	}
@@ -89,8 +89,8 @@ func (s *Server) apiGet(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) apiStats(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.cfg.Audit.Stats(r.Context())
+func (h *Handler) apiStats(w http.ResponseWriter, r *http.Request) error {
+	st, err := h.cfg.Audit.Stats(r.Context())
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func (s *Server) apiStats(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) apiAction(w http.ResponseWriter, r *http.Request) error {
+func (h *Handler) apiAction(w http.ResponseWriter, r *http.Request) error {
 	action := r.PathValue("action")
 	if _, ok := actions[action]; !ok {
 		return &requestError{Status: http.StatusNotFound, Field: "action", Msg: fmt.Sprintf("unknown action %q (known: retry, cancel, resolve)", truncate(action, 40))}
@@ -112,7 +112,7 @@ func (s *Server) apiAction(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	actor := actorOf(r)
-	in, err := s.act(r, id, action, req, actor)
+	in, err := h.act(r, id, action, req, actor)
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ type revealRequest struct {
 // apiReveal answers the intent's detail with its payload unredacted, after
 // recording in its event log who (X-Actor) asked and why. The intent's
 // state does not change.
-func (s *Server) apiReveal(w http.ResponseWriter, r *http.Request) error {
+func (h *Handler) apiReveal(w http.ResponseWriter, r *http.Request) error {
 	id, err := parseID(r.PathValue("id"))
 	if err != nil {
 		return err
@@ -139,11 +139,11 @@ func (s *Server) apiReveal(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	actor := actorOf(r)
-	d, err := s.cfg.Audit.Reveal(r.Context(), strconv.FormatInt(id, 10), actor, strings.TrimSpace(req.Reason))
+	d, err := h.cfg.Audit.Reveal(r.Context(), strconv.FormatInt(id, 10), actor, strings.TrimSpace(req.Reason))
 	if err != nil {
 		return err
 	}
-	s.cfg.Logger.InfoContext(r.Context(), "operator revealed a payload", "intent_id", id, "actor", actor)
+	h.cfg.Logger.InfoContext(r.Context(), "operator revealed a payload", "intent_id", id, "actor", actor)
 	writeJSON(w, http.StatusOK, d)
 	return nil
 }
@@ -159,7 +159,7 @@ func actorOf(r *http.Request) string {
 // act carries out an operator action through audit, which validates its
 // arguments and the transition, and returns the intent as it now is,
 // payload redacted.
-func (s *Server) act(r *http.Request, id int64, action string, req actionRequest, actor string) (intenttype.Intent, error) {
+func (h *Handler) act(r *http.Request, id int64, action string, req actionRequest, actor string) (intenttype.Intent, error) {
 	a := audit.Action{
 		Kind:     actions[action].kind,
 		IntentID: id,
@@ -178,11 +178,11 @@ func (s *Server) act(r *http.Request, id int64, action string, req actionRequest
 		}
 		a.IfVersion = &v
 	}
-	in, err := s.cfg.Audit.Act(r.Context(), a)
+	in, err := h.cfg.Audit.Act(r.Context(), a)
 	if err != nil {
 		return intenttype.Intent{}, err
 	}
-	s.cfg.Logger.InfoContext(r.Context(), "operator action", "action", action, "intent_id", id, "actor", actor, "state", in.State)
+	h.cfg.Logger.InfoContext(r.Context(), "operator action", "action", action, "intent_id", id, "actor", actor, "state", in.State)
 	return in, nil
 }
 
@@ -194,7 +194,7 @@ type recordedIntent struct {
 	Name           string `json:"name,omitempty"`
 }
 
-func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) error {
+func (h *Handler) apiRecord(w http.ResponseWriter, r *http.Request) error {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		if isTooLarge(err) {
@@ -209,7 +209,7 @@ func (s *Server) apiRecord(w http.ResponseWriter, r *http.Request) error {
 	// it: the message's span, and the intents' attempts, continue its trace.
 	ctx := tracing.Extract(r.Context(), r.Header.Get(tracing.TraceParentHeader),
 		strings.Join(r.Header.Values(tracing.TraceStateHeader), ","))
-	res, err := s.cfg.Ingest.RecordJSON(ctx, body)
+	res, err := h.ingest.RecordJSON(ctx, body)
 	if err != nil {
 		return err
 	}
@@ -268,7 +268,7 @@ func decodeBody(body io.Reader, v any, emptyOK bool) error {
 }
 
 // classify maps an error to a status, a field and a message safe to show.
-func (s *Server) classify(r *http.Request, err error) (status int, field, msg string) {
+func (h *Handler) classify(r *http.Request, err error) (status int, field, msg string) {
 	var reqErr *requestError
 	var inputErr *ingest.InputError
 	var transErr *audit.TransitionError
@@ -301,7 +301,7 @@ func (s *Server) classify(r *http.Request, err error) (status int, field, msg st
 	case r.Context().Err() != nil:
 		return 499, "", "request cancelled"
 	}
-	s.cfg.Logger.ErrorContext(r.Context(), "admin request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	h.cfg.Logger.ErrorContext(r.Context(), "admin request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	return http.StatusInternalServerError, "", "internal error (logged by the server)"
 }
 
@@ -322,13 +322,13 @@ func (p slogPrinter) Println(v ...any) { p.l.Error("metrics: " + fmt.Sprint(v...
 // nothing. The counts that list the kinds of old intents no provider
 // declares any more are read only when a filter names an unregistered
 // kind.
-func (s *Server) checkKnownChoices(ctx context.Context, f audit.Filter) error {
-	registered := s.cfg.Audit.Kinds()
+func (h *Handler) checkKnownChoices(ctx context.Context, f audit.Filter) error {
+	registered := h.cfg.Audit.Kinds()
 	var stats audit.Stats
 	for _, k := range f.Kinds {
 		if !slices.Contains(registered, k) {
 			var err error
-			if stats, err = s.cfg.Audit.Stats(ctx); err != nil {
+			if stats, err = h.cfg.Audit.Stats(ctx); err != nil {
 				return err
 			}
 			break
@@ -337,5 +337,5 @@ func (s *Server) checkKnownChoices(ctx context.Context, f audit.Filter) error {
 	if err := checkChoices("kind", f.Kinds, kindChoices(registered, stats, f.Kinds)); err != nil {
 		return err
 	}
-	return checkChoices("provider", f.Providers, providerChoices(s.cfg.Audit.Providers(), f.Providers))
+	return checkChoices("provider", f.Providers, providerChoices(h.cfg.Audit.Providers(), f.Providers))
 }

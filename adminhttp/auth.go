@@ -126,8 +126,8 @@ func (k keys) keyID() []byte { return k.sign("session key id")[:16] }
 
 // signedSession returns r's session cookie when its signature and age are
 // valid, else "".
-func (s *Server) signedSession(r *http.Request) string {
-	if c, err := r.Cookie(sessionCookie); err == nil && s.keys.validSession(c.Value, s.cfg.Now(), s.cfg.SessionTTL) {
+func (h *Handler) signedSession(r *http.Request) string {
+	if c, err := r.Cookie(sessionCookie); err == nil && h.keys.validSession(c.Value, h.cfg.Now(), h.cfg.SessionTTL) {
 		return c.Value
 	}
 	return ""
@@ -136,22 +136,22 @@ func (s *Server) signedSession(r *http.Request) string {
 // authenticate checks r's bearer token or, without one, its session
 // cookie: signed and, when a token is set, recorded in the session store
 // (so not signed out nor made with a replaced token).
-func (s *Server) authenticate(r *http.Request) authResult {
+func (h *Handler) authenticate(r *http.Request) authResult {
 	var res authResult
-	if h := r.Header.Get("Authorization"); h != "" && s.keys.tokenSet {
-		scheme, tok, _ := strings.Cut(h, " ")
-		if strings.EqualFold(scheme, "Bearer") && s.keys.tokenMatches(strings.TrimSpace(tok)) {
+	if header := r.Header.Get("Authorization"); header != "" && h.keys.tokenSet {
+		scheme, tok, _ := strings.Cut(header, " ")
+		if strings.EqualFold(scheme, "Bearer") && h.keys.tokenMatches(strings.TrimSpace(tok)) {
 			res.kind = authBearer
 		} else {
 			res.kind = authForged
 		}
 		return res
 	}
-	res.session = s.signedSession(r)
-	if res.session != "" && s.keys.tokenSet {
-		ok, err := s.sessions.valid(r.Context(), res.session, s.cfg.Now())
+	res.session = h.signedSession(r)
+	if res.session != "" && h.keys.tokenSet {
+		ok, err := h.sessions.valid(r.Context(), res.session, h.cfg.Now())
 		if err != nil {
-			s.cfg.Logger.WarnContext(r.Context(), "admin session could not be checked: the session store failed", "error", err)
+			h.cfg.Logger.WarnContext(r.Context(), "admin session could not be checked: the session store failed", "error", err)
 			res.storeErr = err
 		}
 		if !ok {
@@ -159,7 +159,7 @@ func (s *Server) authenticate(r *http.Request) authResult {
 		}
 	}
 	switch {
-	case !s.keys.tokenSet:
+	case !h.keys.tokenSet:
 		res.kind = authOpen
 	case res.session != "":
 		res.kind = authCookie
@@ -195,27 +195,35 @@ func loopbackHost(host string) bool {
 // secureCookie reports whether a cookie set in answer to r must be Secure:
 // the request came over TLS, or the operator said a proxy terminates TLS
 // in front of this server.
-func (s *Server) secureCookie(r *http.Request) bool {
-	return r.TLS != nil || s.cfg.TLSTerminated
+func (h *Handler) secureCookie(r *http.Request) bool {
+	return r.TLS != nil || h.cfg.TLSTerminated
 }
 
 // setSessionCookie starts a session in the browser. The cookie is
 // HttpOnly, SameSite=Strict, and Secure (see secureCookie).
-func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, value string) {
+func (h *Handler) setSessionCookie(w http.ResponseWriter, r *http.Request, value string) {
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
 		Value:    value,
-		Path:     "/",
-		MaxAge:   int(s.cfg.SessionTTL / time.Second),
+		Path:     h.cookiePath(),
+		MaxAge:   int(h.cfg.SessionTTL / time.Second),
 		HttpOnly: true,
-		Secure:   s.secureCookie(r),
+		Secure:   h.secureCookie(r),
 		SameSite: http.SameSiteStrictMode,
 	})
 }
 
-func (s *Server) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) clearSessionCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, Secure: s.secureCookie(r), SameSite: http.SameSiteStrictMode,
+		Name: sessionCookie, Value: "", Path: h.cookiePath(), MaxAge: -1,
+		HttpOnly: true, Secure: h.secureCookie(r), SameSite: http.SameSiteStrictMode,
 	})
+}
+
+// cookiePath scopes the session cookie to the handler's routes.
+func (h *Handler) cookiePath() string {
+	if h.cfg.Prefix == "" {
+		return "/"
+	}
+	return h.cfg.Prefix
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/adminhttp"
+	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/migrations"
 )
@@ -207,27 +207,36 @@ func TestLoopbackRule(t *testing.T) {
 	}
 
 	pool := &pgxpool.Pool{} // never used: New fails before
-	base := adminhttp.Config{Audit: fixture.Audit(t, pool, nil), Ingest: ingest.New(nil, nil), Pool: pool}
+	base := adminhttp.Config{Audit: fixture.Audit(t, pool, nil), Intents: &intents.Client{}, Pool: pool}
 	for _, tc := range []struct {
 		name  string
 		cfg   func(c adminhttp.Config) adminhttp.Config
 		field string
+		// handler: built with NewHandler, which has no default address.
+		handler bool
+		want    string
 	}{
-		{"all interfaces without token", func(c adminhttp.Config) adminhttp.Config { c.Addr = ":8080"; return c }, "Token"},
-		{"public address without token", func(c adminhttp.Config) adminhttp.Config { c.Addr = "0.0.0.0:8080"; return c }, "Token"},
-		{"short token", func(c adminhttp.Config) adminhttp.Config { c.Addr = ":8080"; c.Token = "short"; return c }, "Token"},
-		{"bad address", func(c adminhttp.Config) adminhttp.Config { c.Addr = "8080"; return c }, "Addr"},
-		{"no audit", func(c adminhttp.Config) adminhttp.Config { c.Audit = nil; return c }, "Audit"},
-		{"no ingest", func(c adminhttp.Config) adminhttp.Config { c.Ingest = nil; return c }, "Ingest"},
-		{"no pool", func(c adminhttp.Config) adminhttp.Config { c.Pool = nil; return c }, "Pool"},
+		{"all interfaces without token", func(c adminhttp.Config) adminhttp.Config { c.Addr = ":8080"; return c }, "Token", false, "serving on :8080, which is not a loopback address"},
+		{"public address without token", func(c adminhttp.Config) adminhttp.Config { c.Addr = "0.0.0.0:8080"; return c }, "Token", false, "not a loopback address"},
+		{"mounted without token or address", func(c adminhttp.Config) adminhttp.Config { return c }, "Token", true, "unless Addr names the loopback address"},
+		{"short token", func(c adminhttp.Config) adminhttp.Config { c.Addr = ":8080"; c.Token = "short"; return c }, "Token", false, "16 bytes"},
+		{"bad address", func(c adminhttp.Config) adminhttp.Config { c.Addr = "8080"; return c }, "Addr", false, "not host:port"},
+		{"prefix without a slash", func(c adminhttp.Config) adminhttp.Config { c.Prefix = "outbox"; return c }, "Prefix", false, `"outbox" is not a path`},
+		{"prefix with a trailing slash", func(c adminhttp.Config) adminhttp.Config { c.Prefix = "/outbox/"; return c }, "Prefix", true, "no trailing one"},
+		{"prefix with a query", func(c adminhttp.Config) adminhttp.Config { c.Prefix = "/outbox?x"; return c }, "Prefix", false, "only letters"},
+		{"no audit", func(c adminhttp.Config) adminhttp.Config { c.Audit = nil; return c }, "Audit", false, "required"},
+		{"no intents client", func(c adminhttp.Config) adminhttp.Config { c.Intents = nil; return c }, "Intents", false, "required"},
+		{"no pool", func(c adminhttp.Config) adminhttp.Config { c.Pool = nil; return c }, "Pool", false, "required"},
 	} {
-		_, err := adminhttp.New(tc.cfg(base))
-		var cfgErr *adminhttp.ConfigError
-		if !errors.As(err, &cfgErr) || cfgErr.Field != tc.field || !errors.Is(err, adminhttp.ErrInvalidConfig) {
-			t.Errorf("%s: New = %v; want a ConfigError naming %s", tc.name, err, tc.field)
+		var err error
+		if tc.handler {
+			_, err = adminhttp.NewHandler(tc.cfg(base))
+		} else {
+			_, err = adminhttp.New(tc.cfg(base))
 		}
-		if err != nil && tc.field == "Token" && !strings.Contains(err.Error(), adminhttp.TokenEnv) && !strings.Contains(err.Error(), "16 bytes") {
-			t.Errorf("%s: error %q does not name %s", tc.name, err, adminhttp.TokenEnv)
+		var cfgErr *adminhttp.ConfigError
+		if !errors.As(err, &cfgErr) || cfgErr.Field != tc.field || !errors.Is(err, adminhttp.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want a ConfigError naming %s, saying %q", tc.name, err, tc.field, tc.want)
 		}
 	}
 

@@ -72,7 +72,7 @@ func (f bulkFilter) values() url.Values {
 // event, only if still in the state it was listed in. It answers the
 // summary and every intent's outcome (200 even when some were refused:
 // see "refused" and each item's "why").
-func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) error {
+func (h *Handler) apiBulk(w http.ResponseWriter, r *http.Request) error {
 	var req bulkRequest
 	if err := decodeBody(r.Body, &req, false); err != nil {
 		return err
@@ -84,7 +84,7 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Filter.State) == 0 {
 		return badRequest("filter.state", "a bulk action needs the states to act on (in_doubt, say)")
 	}
-	f, err := parseFilter(req.Filter.values(), s.cfg.Now())
+	f, err := parseFilter(req.Filter.values(), h.cfg.Now())
 	if err != nil {
 		return err
 	}
@@ -99,12 +99,12 @@ func (s *Server) apiBulk(w http.ResponseWriter, r *http.Request) error {
 			ba.Seen[it.IntentID] = it.Version
 		}
 	}
-	res, err := s.cfg.Audit.ActAll(r.Context(), f, ba, req.DryRun, nil)
+	res, err := h.cfg.Audit.ActAll(r.Context(), f, ba, req.DryRun, nil)
 	if err != nil && res.Matched == 0 {
 		return err
 	}
 	if !req.DryRun {
-		s.cfg.Logger.InfoContext(r.Context(), "operator bulk action", "action", req.Action, "actor", actor,
+		h.cfg.Logger.InfoContext(r.Context(), "operator bulk action", "action", req.Action, "actor", actor,
 			"matched", res.Matched, "done", res.Done, "refused", res.Refused, "errors", res.Errors)
 	}
 	if err != nil {

@@ -25,7 +25,7 @@ var assets embed.FS
 
 // parseTemplates parses the pages; now is the clock relative ages are
 // computed from.
-func parseTemplates(now func() time.Time) (*template.Template, error) {
+func parseTemplates(now func() time.Time, prefix string) (*template.Template, error) {
 	funcs := template.FuncMap{
 		"fmtTime": func(t time.Time) string {
 			if t.IsZero() {
@@ -41,7 +41,7 @@ func parseTemplates(now func() time.Time) (*template.Template, error) {
 		},
 		"ago":     func(t time.Time) string { return relativeAge(now(), t) },
 		"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-		"refURL":  refURL,
+		"refURL":  func(ref string) string { return refURL(prefix, ref) },
 		"duration": func(d time.Duration) string {
 			if d <= 0 {
 				return "none"
@@ -80,7 +80,7 @@ func humanDuration(d time.Duration) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
-func (s *Server) styleCSS(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) styleCSS(w http.ResponseWriter, _ *http.Request) {
 	css, _ := assets.ReadFile("static/style.css")
 	w.Header().Set("Content-Type", "text/css; charset=utf-8")
 	w.Header().Set("Cache-Control", "max-age=300")
@@ -89,7 +89,9 @@ func (s *Server) styleCSS(w http.ResponseWriter, _ *http.Request) {
 
 // pageData is what every page template gets.
 type pageData struct {
-	Where    where
+	Where where
+	// Base is Config.Prefix: every link of a page starts with it.
+	Base     string
 	Title    string
 	CSRF     string
 	TokenSet bool
@@ -103,57 +105,57 @@ type pageHandler func(w http.ResponseWriter, r *http.Request) error
 // page authenticates a dashboard request (sending a browser without a
 // session to /login), starts a session when no token is configured, and
 // checks the CSRF token of every POST not authenticated by bearer token.
-func (s *Server) page(h pageHandler) http.Handler {
+func (h *Handler) page(serve pageHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a := s.authenticate(r)
+		a := h.authenticate(r)
 		if a.storeErr != nil {
-			s.renderError(w, r, http.StatusServiceUnavailable, "Your session could not be checked: the database does not answer. Try again in a moment.")
+			h.renderError(w, r, http.StatusServiceUnavailable, "Your session could not be checked: the database does not answer. Try again in a moment.")
 			return
 		}
 		switch a.kind {
 		case authForged:
-			s.renderError(w, r, http.StatusUnauthorized, "The bearer token is not right.")
+			h.renderError(w, r, http.StatusUnauthorized, "The bearer token is not right.")
 			return
 		case authNone:
 			if r.Method == http.MethodGet {
-				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				h.toSignIn(w, r)
 				return
 			}
-			s.renderError(w, r, http.StatusUnauthorized, "Your session has expired: sign in again.")
+			h.renderError(w, r, http.StatusUnauthorized, "Your session has expired: sign in again.")
 			return
 		case authOpen:
 			if a.session == "" {
-				v, err := s.keys.newSession(s.cfg.Now())
+				v, err := h.keys.newSession(h.cfg.Now())
 				if err != nil {
-					s.renderError(w, r, http.StatusInternalServerError, "Could not start a session.")
+					h.renderError(w, r, http.StatusInternalServerError, "Could not start a session.")
 					return
 				}
-				s.setSessionCookie(w, r, v)
+				h.setSessionCookie(w, r, v)
 				a.session = v
 			}
 		}
 		run := func() {
 			r := r.WithContext(context.WithValue(r.Context(), ctxKey{}, a))
-			if err := h(w, r); err != nil {
-				status, _, msg := s.classify(r, err)
-				s.renderError(w, r, status, msg)
+			if err := serve(w, r); err != nil {
+				status, _, msg := h.classify(r, err)
+				h.renderError(w, r, status, msg)
 			}
 		}
 		if r.Method != http.MethodPost {
 			run()
 			return
 		}
-		s.withBody(w, r, func() {
+		h.withBody(w, r, func() {
 			if err := r.ParseForm(); err != nil {
 				if isTooLarge(err) {
-					s.renderError(w, r, http.StatusRequestEntityTooLarge, "The form is too large.")
+					h.renderError(w, r, http.StatusRequestEntityTooLarge, "The form is too large.")
 				} else {
-					s.renderError(w, r, http.StatusBadRequest, "The form could not be read.")
+					h.renderError(w, r, http.StatusBadRequest, "The form could not be read.")
 				}
 				return
 			}
-			if a.needsCSRF() && !s.keys.validCSRF(a.session, r.PostForm.Get(csrfField)) {
-				s.renderError(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale: reload the page and try again.")
+			if a.needsCSRF() && !h.keys.validCSRF(a.session, r.PostForm.Get(csrfField)) {
+				h.renderError(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale: reload the page and try again.")
 				return
 			}
 			run()
@@ -161,26 +163,26 @@ func (s *Server) page(h pageHandler) http.Handler {
 	})
 }
 
-func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name, title string, body any) {
-	s.renderRefresh(w, r, status, name, title, body, refreshState{})
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, body any) {
+	h.renderRefresh(w, r, status, name, title, body, refreshState{})
 }
 
 // renderRefresh renders a page that reloads itself when refresh.On.
-func (s *Server) renderRefresh(w http.ResponseWriter, r *http.Request, status int, name, title string, body any, refresh refreshState) {
+func (h *Handler) renderRefresh(w http.ResponseWriter, r *http.Request, status int, name, title string, body any, refresh refreshState) {
 	a := authFrom(r.Context())
-	data := pageData{Where: s.where, Title: title, TokenSet: s.keys.tokenSet, RiverUI: s.riverUI != nil, Refresh: refresh, Body: body}
+	data := pageData{Where: h.deployment(), Base: h.cfg.Prefix, Title: title, TokenSet: h.keys.tokenSet, RiverUI: h.riverUI != nil, Refresh: refresh, Body: body}
 	if a.session != "" {
-		data.CSRF = s.keys.csrfToken(a.session)
+		data.CSRF = h.keys.csrfToken(a.session)
 	}
 	var buf bytes.Buffer
-	if err := s.pages.ExecuteTemplate(&buf, name, data); err != nil {
-		s.cfg.Logger.ErrorContext(r.Context(), "render page", "template", name, "error", err)
+	if err := h.pages.ExecuteTemplate(&buf, name, data); err != nil {
+		h.cfg.Logger.ErrorContext(r.Context(), "render page", "template", name, "error", err)
 		http.Error(w, "internal error (logged by the server)", http.StatusInternalServerError)
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/html; charset=utf-8")
+	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.WriteHeader(status)
 	_, _ = w.Write(cleanControls(buf.Bytes()))
 }
@@ -190,8 +192,8 @@ type errorBody struct {
 	Message string
 }
 
-func (s *Server) renderError(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	s.render(w, r, status, "error.html", http.StatusText(status), errorBody{Status: status, Message: msg})
+func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	h.render(w, r, status, "error.html", http.StatusText(status), errorBody{Status: status, Message: msg})
 }
 
 // stateCount is one state's count, linking to the list filtered by it.
@@ -218,28 +220,28 @@ type listBody struct {
 	Error     string
 }
 
-func (s *Server) listPage(w http.ResponseWriter, r *http.Request) error {
+func (h *Handler) listPage(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	paused, perr := takeRefresh(q)
-	f, ferr := parseFilter(q, s.cfg.Now())
+	f, ferr := parseFilter(q, h.cfg.Now())
 	if perr != nil {
 		ferr = perr
 	}
-	links := listLinks{filter: f, paused: paused}
+	links := listLinks{root: h.path("/"), filter: f, paused: paused}
 	if ferr == nil && hasEmpty(q) {
 		// A submitted filter form sends every field: keep the URL short.
 		http.Redirect(w, r, links.at(f.Cursor), http.StatusSeeOther)
 		return nil
 	}
-	now := s.cfg.Now()
-	activity := s.readActivity(r.Context(), now)
-	stats, err := s.cfg.Audit.Stats(r.Context())
+	now := h.cfg.Now()
+	activity := h.readActivity(r.Context(), now)
+	stats, err := h.cfg.Audit.Stats(r.Context())
 	if err != nil {
 		return err
 	}
 	body := listBody{Form: q, Checked: map[string]bool{}, States: intenttype.States, Paused: paused}
-	body.Kinds = kindChoices(s.cfg.Audit.Kinds(), stats, f.Kinds)
-	body.Providers = providerChoices(s.cfg.Audit.Providers(), f.Providers)
+	body.Kinds = kindChoices(h.cfg.Audit.Kinds(), stats, f.Kinds)
+	body.Providers = providerChoices(h.cfg.Audit.Providers(), f.Providers)
 	if ferr == nil {
 		// The choices are all there is: a value that is none of them would
 		// silently match nothing.
@@ -255,7 +257,7 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) error {
 	}
 	body.countStates(f, stats)
 	if ferr == nil {
-		if status, err = s.listIntents(r.Context(), &body, links); err != nil {
+		if status, err = h.listIntents(r.Context(), &body, links); err != nil {
 			return err
 		}
 	}
@@ -266,15 +268,17 @@ func (s *Server) listPage(w http.ResponseWriter, r *http.Request) error {
 	body.Chart = newChart(a.activity, now)
 	refresh := refreshState{}
 	if status == http.StatusOK {
-		refresh = newRefresh("/", q, paused)
+		refresh = newRefresh(h.path("/"), q, paused)
 	}
-	s.renderRefresh(w, r, status, "list.html", "Intents", body, refresh)
+	h.renderRefresh(w, r, status, "list.html", "Intents", body, refresh)
 	return nil
 }
 
 // listLinks makes the list's links for a filter, keeping a paused page
 // paused.
 type listLinks struct {
+	// root is the list's path.
+	root   string
 	filter audit.Filter
 	paused bool
 }
@@ -288,7 +292,7 @@ func (l listLinks) at(cursor string) string {
 	if cursor != "" {
 		v.Set("cursor", cursor)
 	}
-	return "/?" + v.Encode()
+	return l.root + "?" + v.Encode()
 }
 
 type activityResult struct {
@@ -300,11 +304,11 @@ type activityResult struct {
 // page's other reads and on a connection of its own: it is the page's
 // longest read (it rolls up what finished since the last roll-up, then
 // reads the backlog).
-func (s *Server) readActivity(ctx context.Context, now time.Time) <-chan activityResult {
+func (h *Handler) readActivity(ctx context.Context, now time.Time) <-chan activityResult {
 	since := now.Truncate(chartBucket).Add(-(chartBuckets - 1) * chartBucket)
 	done := make(chan activityResult, 1)
 	go func() {
-		a, err := s.cfg.Audit.Activity(ctx, since, chartBucket, chartBuckets)
+		a, err := h.cfg.Audit.Activity(ctx, since, chartBucket, chartBuckets)
 		done <- activityResult{a, err}
 	}()
 	return done
@@ -335,10 +339,10 @@ func (b *listBody) countStates(f audit.Filter, stats audit.Stats) {
 // listIntents reads the page of intents links.filter selects into body,
 // with the links to the next and the first page. A filter the store refuses
 // is shown on the page, with status 400.
-func (s *Server) listIntents(ctx context.Context, body *listBody, links listLinks) (status int, err error) {
+func (h *Handler) listIntents(ctx context.Context, body *listBody, links listLinks) (status int, err error) {
 	f := links.filter
 	status = http.StatusOK
-	page, err := s.cfg.Audit.List(ctx, f)
+	page, err := h.cfg.Audit.List(ctx, f)
 	if err != nil {
 		if !errors.Is(err, audit.ErrInvalidFilter) {
 			return 0, err
@@ -373,12 +377,12 @@ type detailBody struct {
 	Done    string
 }
 
-func (s *Server) detailPage(w http.ResponseWriter, r *http.Request) error {
+func (h *Handler) detailPage(w http.ResponseWriter, r *http.Request) error {
 	ref := r.PathValue("ref")
 	if err := checkRef(ref); err != nil {
 		return err
 	}
-	d, err := s.cfg.Audit.Get(r.Context(), ref)
+	d, err := h.cfg.Audit.Get(r.Context(), ref)
 	if err != nil {
 		return err
 	}
@@ -386,7 +390,7 @@ func (s *Server) detailPage(w http.ResponseWriter, r *http.Request) error {
 	if done := r.URL.Query().Get("done"); actions[done].verb != "" {
 		body.Done = done
 	}
-	s.render(w, r, http.StatusOK, "detail.html", fmt.Sprintf("Intent %d", d.Intent.ID), body)
+	h.render(w, r, http.StatusOK, "detail.html", fmt.Sprintf("Intent %d", d.Intent.ID), body)
 	return nil
 }
 
@@ -424,7 +428,7 @@ type confirmBody struct {
 	SeenVersion intenttype.Version
 }
 
-func (s *Server) loadForAction(r *http.Request) (confirmBody, error) {
+func (h *Handler) loadForAction(r *http.Request) (confirmBody, error) {
 	action := r.PathValue("action")
 	if actions[action].verb == "" {
 		return confirmBody{}, &requestError{Status: http.StatusNotFound, Msg: fmt.Sprintf("unknown action %q (known: retry, cancel, resolve)", truncate(action, 40))}
@@ -433,7 +437,7 @@ func (s *Server) loadForAction(r *http.Request) (confirmBody, error) {
 	if err != nil {
 		return confirmBody{}, err
 	}
-	d, err := s.cfg.Audit.Get(r.Context(), strconv.FormatInt(id, 10))
+	d, err := h.cfg.Audit.Get(r.Context(), strconv.FormatInt(id, 10))
 	if err != nil {
 		return confirmBody{}, err
 	}
@@ -445,18 +449,18 @@ func (s *Server) loadForAction(r *http.Request) (confirmBody, error) {
 	return b, nil
 }
 
-func (s *Server) confirmPage(w http.ResponseWriter, r *http.Request) error {
-	b, err := s.loadForAction(r)
+func (h *Handler) confirmPage(w http.ResponseWriter, r *http.Request) error {
+	b, err := h.loadForAction(r)
 	if err != nil {
 		return err
 	}
 	b.As = string(intenttype.StateSucceeded)
-	s.render(w, r, http.StatusOK, "confirm.html", fmt.Sprintf("%s intent %d", actions[b.Action].verb, b.Intent.ID), b)
+	h.render(w, r, http.StatusOK, "confirm.html", fmt.Sprintf("%s intent %d", actions[b.Action].verb, b.Intent.ID), b)
 	return nil
 }
 
-func (s *Server) actionSubmit(w http.ResponseWriter, r *http.Request) error {
-	b, err := s.loadForAction(r)
+func (h *Handler) actionSubmit(w http.ResponseWriter, r *http.Request) error {
+	b, err := h.loadForAction(r)
 	if err != nil {
 		return err
 	}
@@ -464,7 +468,7 @@ func (s *Server) actionSubmit(w http.ResponseWriter, r *http.Request) error {
 	b.ProviderRef = r.PostForm.Get("provider_ref")
 	again := func(status int, msg string) error {
 		b.Error = msg
-		s.render(w, r, status, "confirm.html", fmt.Sprintf("%s intent %d", actions[b.Action].verb, b.Intent.ID), b)
+		h.render(w, r, status, "confirm.html", fmt.Sprintf("%s intent %d", actions[b.Action].verb, b.Intent.ID), b)
 		return nil
 	}
 	if r.PostForm.Get("confirmed") != "yes" {
@@ -494,37 +498,40 @@ func (s *Server) actionSubmit(w http.ResponseWriter, r *http.Request) error {
 		req.As = b.As
 		req.ProviderRef = strings.TrimSpace(b.ProviderRef)
 	}
-	if _, err := s.act(r, b.Intent.ID, b.Action, req, actor); err != nil {
-		status, _, msg := s.classify(r, err)
+	if _, err := h.act(r, b.Intent.ID, b.Action, req, actor); err != nil {
+		status, _, msg := h.classify(r, err)
 		if status >= 500 {
 			return err
 		}
 		return again(status, msg)
 	}
-	http.Redirect(w, r, fmt.Sprintf("/intents/%d?done=%s", b.Intent.ID, b.Action), http.StatusSeeOther)
+	http.Redirect(w, r, h.path(fmt.Sprintf("/intents/%d?done=%s", b.Intent.ID, b.Action)), http.StatusSeeOther)
 	return nil
 }
 
 type loginBody struct {
-	Next  string
-	Error string
+	// TokenSource is Config.TokenSource: where the token is found.
+	TokenSource string
+	Next        string
+	Error       string
 }
 
 // maxNextLen bounds a post-login redirect target.
 const maxNextLen = 2048
 
-// safeNext keeps a post-login redirect on this server: it returns next
-// when it is a clean local path, and the dashboard's root otherwise.
+// safeNext keeps a post-login redirect on this handler: it returns next
+// when it is a clean local path under prefix, and the dashboard's root
+// otherwise.
 //
 // Browsers drop tabs and newlines anywhere in a URL, trim leading control
 // characters and spaces, and read '\' as '/', so "/\t/evil.example" or
 // "/\\evil.example" is followed to another host just like
 // "//evil.example". Only printable ASCII without spaces or backslashes is
-// accepted (a path this server sent is escaped to that), it must begin
+// accepted (a path this handler sent is escaped to that), it must begin
 // with exactly one '/', and it must parse as a path with neither scheme
 // nor host whose decoded form passes the same rules.
-func safeNext(next string) string {
-	const root = "/"
+func safeNext(prefix, next string) string {
+	root := prefix + "/"
 	if len(next) == 0 || len(next) > maxNextLen || next[0] != '/' {
 		return root
 	}
@@ -544,76 +551,80 @@ func safeNext(next string) string {
 		strings.ContainsFunc(u.Path, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '\\' }) {
 		return root
 	}
+	// Elsewhere on the host is another application's.
+	if !strings.HasPrefix(u.Path, root) {
+		return root
+	}
 	return next
 }
 
-func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	next := safeNext(r.URL.Query().Get("next"))
-	if !s.keys.tokenSet || s.authenticate(r).kind == authCookie {
+func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
+	next := safeNext(h.cfg.Prefix, r.URL.Query().Get("next"))
+	if !h.keys.tokenSet || h.authenticate(r).kind == authCookie {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	s.render(w, r, http.StatusOK, "login.html", "Sign in", loginBody{Next: next})
+	h.render(w, r, http.StatusOK, "login.html", "Sign in", loginBody{TokenSource: h.cfg.TokenSource, Next: next})
 }
 
 // login is the sign-in form's POST: unauthenticated, so its body counts
 // among MaxConcurrentBodies like any other.
-func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	s.withBody(w, r, func() { s.loginForm(w, r) })
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	h.withBody(w, r, func() { h.loginForm(w, r) })
 }
 
-func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
-		s.renderError(w, r, http.StatusBadRequest, "The form could not be read.")
+		h.renderError(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
-	next := safeNext(r.PostForm.Get("next"))
-	if !s.keys.tokenSet {
+	next := safeNext(h.cfg.Prefix, r.PostForm.Get("next"))
+	if !h.keys.tokenSet {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
 	client := clientKey(r)
-	if ok, wait := s.logins.take(client); !ok {
+	if ok, wait := h.logins.take(client); !ok {
 		secs := int64((wait + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		s.cfg.Logger.DebugContext(r.Context(), "admin sign-in refused: too many failed sign-ins", "remote_addr", r.RemoteAddr, "retry_after_seconds", secs)
-		s.render(w, r, http.StatusTooManyRequests, "login.html", "Sign in", loginBody{Next: next, Error: fmt.Sprintf("Too many failed sign-ins from your address: try again in %d seconds.", secs)})
+		h.cfg.Logger.DebugContext(r.Context(), "admin sign-in refused: too many failed sign-ins", "remote_addr", r.RemoteAddr, "retry_after_seconds", secs)
+		h.render(w, r, http.StatusTooManyRequests, "login.html", "Sign in", loginBody{TokenSource: h.cfg.TokenSource, Next: next, Error: fmt.Sprintf("Too many failed sign-ins from your address: try again in %d seconds.", secs)})
 		return
 	}
-	if !s.keys.tokenMatches(strings.TrimSpace(r.PostForm.Get("token"))) {
-		s.cfg.Logger.WarnContext(r.Context(), "admin sign-in refused: wrong token", "remote_addr", r.RemoteAddr)
-		s.render(w, r, http.StatusUnauthorized, "login.html", "Sign in", loginBody{Next: next, Error: "That token is not right."})
+	if !h.keys.tokenMatches(strings.TrimSpace(r.PostForm.Get("token"))) {
+		h.cfg.Logger.WarnContext(r.Context(), "admin sign-in refused: wrong token", "remote_addr", r.RemoteAddr)
+		h.render(w, r, http.StatusUnauthorized, "login.html", "Sign in", loginBody{TokenSource: h.cfg.TokenSource, Next: next, Error: "That token is not right."})
 		return
 	}
-	s.logins.refund(client)
-	now := s.cfg.Now()
-	v, err := s.keys.newSession(now)
+	h.logins.refund(client)
+	now := h.cfg.Now()
+	v, err := h.keys.newSession(now)
 	if err == nil {
-		err = s.sessions.create(r.Context(), v, now, now.Add(s.cfg.SessionTTL))
+		err = h.sessions.create(r.Context(), v, now, now.Add(h.cfg.SessionTTL))
 	}
 	if err != nil {
-		s.cfg.Logger.WarnContext(r.Context(), "admin sign-in failed: could not start a session", "remote_addr", r.RemoteAddr, "error", err)
-		s.renderError(w, r, http.StatusServiceUnavailable, "Could not start a session: the database does not answer. Try again in a moment.")
+		h.cfg.Logger.WarnContext(r.Context(), "admin sign-in failed: could not start a session", "remote_addr", r.RemoteAddr, "error", err)
+		h.renderError(w, r, http.StatusServiceUnavailable, "Could not start a session: the database does not answer. Try again in a moment.")
 		return
 	}
-	s.setSessionCookie(w, r, v)
-	s.cfg.Logger.InfoContext(r.Context(), "admin sign-in", "remote_addr", r.RemoteAddr)
+	h.setSessionCookie(w, r, v)
+	h.cfg.Logger.InfoContext(r.Context(), "admin sign-in", "remote_addr", r.RemoteAddr)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 // logout ends the session on the server, for every process, then in the
 // browser.
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
-	if v := s.signedSession(r); v != "" && s.keys.tokenSet {
-		if err := s.sessions.revoke(r.Context(), v); err != nil {
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) error {
+	if v := h.signedSession(r); v != "" && h.keys.tokenSet {
+		if err := h.sessions.revoke(r.Context(), v); err != nil {
 			return fmt.Errorf("end the session: %w", err)
 		}
 	}
-	s.clearSessionCookie(w, r)
-	target := "/login"
-	if !s.keys.tokenSet {
-		target = "/"
+	h.clearSessionCookie(w, r)
+	target := h.path("/login")
+	if !h.keys.tokenSet {
+		target = h.path("/")
 	}
 	http.Redirect(w, r, target, http.StatusSeeOther)
 	return nil
@@ -624,4 +635,10 @@ func newFormActionID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return "form_" + hex.EncodeToString(b[:])
+}
+
+// toSignIn sends a browser without a session to the sign-in page, which
+// brings it back to the page it asked for.
+func (h *Handler) toSignIn(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, h.path("/login?next="+url.QueryEscape(r.URL.RequestURI())), http.StatusSeeOther)
 }

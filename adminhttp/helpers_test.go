@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
@@ -16,12 +17,14 @@ import (
 
 	"github.com/outboxkit/outbox/adminhttp"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/fixture"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
+
+// quiet is the servers' logger: what they log is not what the tests check.
+var quiet = slog.New(slog.DiscardHandler)
 
 // testToken is the admin token of servers that need one: recognisable, so
 // a response that contains it is a leak.
@@ -53,16 +56,20 @@ func email(name, reference string) string {
 }
 
 type testBundle struct {
-	pool  *pgxpool.Pool
-	srv   *adminhttp.Server
-	url   string
-	token string
-	http  *http.Client // follows no redirects, keeps no cookies
-	clock *testkit.Clock
+	pool *pgxpool.Pool
+	srv  *adminhttp.Server
+	// prefix is the server's Config.Prefix.
+	prefix string
+	url    string
+	token  string
+	http   *http.Client // follows no redirects, keeps no cookies
+	clock  *testkit.Clock
 }
 
 type setupOpts struct {
-	token         string
+	token string
+	// prefix is Config.Prefix.
+	prefix        string
 	tlsTerminated bool
 	// pool, when set, is the database of another server: two processes
 	// that share one database.
@@ -84,12 +91,14 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 	clock := testkit.NewClock(time.Now())
 	srv, err := adminhttp.New(adminhttp.Config{
 		Addr:     "127.0.0.1:0",
+		Prefix:   opts.prefix,
 		Token:    opts.token,
 		Audit:    fixture.Audit(t, pool, reg),
-		Ingest:   ingest.New(client, nil),
+		Intents:  client,
 		Pool:     pool,
 		Gatherer: gatherer,
 		Now:      clock.Now,
+		Logger:   quiet,
 
 		TLSTerminated: opts.tlsTerminated,
 	})
@@ -107,7 +116,7 @@ func setup(t *testing.T, opts setupOpts) *testBundle {
 		}
 	})
 	return &testBundle{
-		pool: pool, srv: srv, url: "http://" + srv.Addr(), token: opts.token, clock: clock,
+		pool: pool, srv: srv, prefix: opts.prefix, url: "http://" + srv.Addr(), token: opts.token, clock: clock,
 		http: &http.Client{
 			Timeout:       30 * time.Second,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -200,7 +209,7 @@ func (b *testBundle) do(t *testing.T, rq req) response {
 // record posts a message and returns the ids of its intents.
 func (b *testBundle) record(t *testing.T, body string) []int64 {
 	t.Helper()
-	r := b.do(t, req{method: "POST", path: "/api/v1/messages", body: body})
+	r := b.do(t, req{method: "POST", path: b.prefix + "/api/v1/messages", body: body})
 	if r.status != http.StatusCreated {
 		t.Fatalf("POST /api/v1/messages: %s; want 201", r)
 	}

@@ -56,8 +56,8 @@ func roughSpan(d time.Duration) string {
 	return fmt.Sprintf("%d days", int(d.Hours()/24))
 }
 
-// refURL is the page of a business reference.
-func refURL(ref string) string { return "/references/" + url.PathEscape(ref) }
+// refURL is the page of a business reference, under prefix.
+func refURL(prefix, ref string) string { return prefix + "/references/" + url.PathEscape(ref) }
 
 // cleanControls replaces what no page should carry raw: C0 control
 // characters other than tab, newline and carriage return become their
@@ -297,7 +297,7 @@ type referenceBody struct {
 
 // referencePage shows every intent of one business reference, in the order
 // they were recorded.
-func (s *Server) referencePage(w http.ResponseWriter, r *http.Request) error {
+func (h *Handler) referencePage(w http.ResponseWriter, r *http.Request) error {
 	ref := r.PathValue("ref")
 	q := r.URL.Query()
 	paused, err := takeRefresh(q)
@@ -310,7 +310,7 @@ func (s *Server) referencePage(w http.ResponseWriter, r *http.Request) error {
 	if ref == "" || len(ref) > 255 || !printable(ref) {
 		return badRequest("reference", "malformed reference: want at most 255 printable characters")
 	}
-	page, err := s.cfg.Audit.List(r.Context(), audit.Filter{Reference: ref, Limit: audit.MaxPageSize})
+	page, err := h.cfg.Audit.List(r.Context(), audit.Filter{Reference: ref, Limit: audit.MaxPageSize})
 	if err != nil {
 		return err
 	}
@@ -318,8 +318,8 @@ func (s *Server) referencePage(w http.ResponseWriter, r *http.Request) error {
 		return &requestError{Status: http.StatusNotFound, Field: "reference", Msg: fmt.Sprintf("no intent has reference %q", truncate(ref, 80))}
 	}
 	body := referenceBody{Reference: ref, Intents: page.Intents, More: page.NextCursor != "",
-		ListURL: "/?" + url.Values{"reference": {ref}}.Encode()}
+		ListURL: h.path("/?" + url.Values{"reference": {ref}}.Encode())}
 	slices.Reverse(body.Intents) // oldest (first recorded) first
-	s.renderRefresh(w, r, http.StatusOK, "reference.html", "Reference "+ref, body, newRefresh(refURL(ref), url.Values{}, paused))
+	h.renderRefresh(w, r, http.StatusOK, "reference.html", "Reference "+ref, body, newRefresh(refURL(h.cfg.Prefix, ref), url.Values{}, paused))
 	return nil
 }

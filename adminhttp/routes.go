@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -21,69 +20,87 @@ func authFrom(ctx context.Context) authResult {
 	return a
 }
 
-func (s *Server) routes() http.Handler {
+// newRoutes maps every route, under Config.Prefix, to its handler, behind
+// the checks every request goes through.
+func (h *Handler) newRoutes() http.Handler {
 	mux := http.NewServeMux()
+	// handle registers pattern ("GET /path") with the path under the
+	// prefix.
+	handle := func(pattern string, handler http.Handler) {
+		method, path, ok := strings.Cut(pattern, " ")
+		if !ok {
+			method, path = "", pattern
+		}
+		mux.Handle(strings.TrimSpace(method+" "+h.path(path)), handler)
+	}
 
 	// Probes and metrics.
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /readyz", s.plain(http.HandlerFunc(s.readyz)))
-	mux.Handle("GET /metrics", s.plain(promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.cfg.Logger}})))
+	handle("GET /healthz", http.HandlerFunc(h.healthz))
+	handle("GET /readyz", h.plain(http.HandlerFunc(h.readyz)))
+	handle("GET /metrics", h.plain(promhttp.HandlerFor(h.cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slogPrinter{h.cfg.Logger}})))
 
 	// JSON API.
-	mux.Handle("GET /api/v1/intents", s.api(s.apiList))
-	mux.Handle("GET /api/v1/intents/{ref}", s.api(s.apiGet))
-	mux.Handle("POST /api/v1/intents/{id}/{action}", s.api(s.apiAction))
-	mux.Handle("POST /api/v1/intents/{id}/reveal", s.api(s.apiReveal))
-	mux.Handle("POST /api/v1/intents/bulk", s.api(s.apiBulk))
-	mux.Handle("GET /api/v1/stats", s.api(s.apiStats))
-	mux.Handle("POST /api/v1/messages", s.api(s.apiRecord))
-	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
+	handle("GET /api/v1/intents", h.api(h.apiList))
+	handle("GET /api/v1/intents/{ref}", h.api(h.apiGet))
+	handle("POST /api/v1/intents/{id}/{action}", h.api(h.apiAction))
+	handle("POST /api/v1/intents/{id}/reveal", h.api(h.apiReveal))
+	handle("POST /api/v1/intents/bulk", h.api(h.apiBulk))
+	handle("GET /api/v1/stats", h.api(h.apiStats))
+	handle("POST /api/v1/messages", h.api(h.apiRecord))
+	handle("/api/", h.api(func(w http.ResponseWriter, r *http.Request) error {
 		return &requestError{Status: http.StatusNotFound, Msg: "no such API endpoint: " + r.Method + " " + r.URL.Path}
 	}))
 
 	// Dashboard.
-	mux.HandleFunc("GET /static/style.css", s.styleCSS)
-	mux.HandleFunc("GET /login", s.loginPage)
-	mux.HandleFunc("POST /login", s.login)
-	mux.Handle("POST /logout", s.page(s.logout))
-	mux.Handle("GET /{$}", s.page(s.listPage))
-	mux.Handle("GET /intents/{ref}", s.page(s.detailPage))
-	mux.Handle("GET /references/{ref}", s.page(s.referencePage))
-	mux.Handle("GET /intents/{id}/{action}", s.page(s.confirmPage))
-	mux.Handle("POST /intents/{id}/{action}", s.page(s.actionSubmit))
+	handle("GET /static/style.css", http.HandlerFunc(h.styleCSS))
+	handle("GET /login", http.HandlerFunc(h.loginPage))
+	handle("POST /login", http.HandlerFunc(h.login))
+	handle("POST /logout", h.page(h.logout))
+	handle("GET /{$}", h.page(h.listPage))
+	handle("GET /intents/{ref}", h.page(h.detailPage))
+	handle("GET /references/{ref}", h.page(h.referencePage))
+	handle("GET /intents/{id}/{action}", h.page(h.confirmPage))
+	handle("POST /intents/{id}/{action}", h.page(h.actionSubmit))
 
 	// River's UI.
-	if s.riverUI != nil {
-		mux.Handle(RiverUIPrefix+"/", s.riverUIAuth(s.riverUI))
+	if h.riverUI != nil {
+		handle(RiverUIPath+"/", h.riverUIAuth(h.riverUI))
 	}
 
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusForbidden, "", "cross-origin request refused")
 	}))
-	return s.commonHeaders(s.hostCheck(cop.Handler(mux)))
+	return h.commonHeaders(h.hostCheck(cop.Handler(mux)))
 }
 
 // commonHeaders sets headers every response gets.
-func (s *Server) commonHeaders(next http.Handler) http.Handler {
+func (h *Handler) commonHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "same-origin")
-		h.Set("X-Frame-Options", "DENY")
-		if !strings.HasPrefix(r.URL.Path, RiverUIPrefix+"/") {
-			h.Set("Cache-Control", "no-store")
+		hdr := w.Header()
+		hdr.Set("X-Content-Type-Options", "nosniff")
+		hdr.Set("Referrer-Policy", "same-origin")
+		hdr.Set("X-Frame-Options", "DENY")
+		if !strings.HasPrefix(r.URL.Path, h.path(RiverUIPath+"/")) {
+			hdr.Set("Cache-Control", "no-store")
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// hostCheck refuses, when no token is configured, a Host header that is not
-// a loopback name: a page on another site that rebinds its DNS name to
+// hostCheck refuses, when no token is configured, a client that does not
+// connect from loopback (a handler mounted in a server that listens on
+// more than its Config.Addr said), and a Host header that is not a
+// loopback name: a page on another site that rebinds its DNS name to
 // 127.0.0.1 would otherwise be same-origin with this server.
-func (s *Server) hostCheck(next http.Handler) http.Handler {
+func (h *Handler) hostCheck(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.keys.tokenSet && !loopbackHost(r.Host) {
+		switch {
+		case h.keys.tokenSet:
+		case !IsLoopback(r.RemoteAddr):
+			writeJSONError(w, http.StatusForbidden, "", "without an admin token this server answers only clients on loopback")
+			return
+		case !loopbackHost(r.Host):
 			writeJSONError(w, http.StatusMisdirectedRequest, "Host", "without an admin token this server answers only to loopback host names (localhost, 127.0.0.1, [::1])")
 			return
 		}
@@ -98,9 +115,9 @@ type apiHandler func(w http.ResponseWriter, r *http.Request) error
 // api authenticates an API request and, for a POST, bounds its body,
 // requires JSON, and requires the CSRF header when it came with a session
 // cookie rather than a bearer token.
-func (s *Server) api(h apiHandler) http.Handler {
+func (h *Handler) api(serve apiHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a := s.authenticate(r)
+		a := h.authenticate(r)
 		if a.storeErr != nil {
 			writeJSONError(w, http.StatusServiceUnavailable, "", storeUnavailableMsg)
 			return
@@ -115,28 +132,28 @@ func (s *Server) api(h apiHandler) http.Handler {
 				writeJSONError(w, http.StatusUnsupportedMediaType, "Content-Type", "Content-Type must be application/json")
 				return
 			}
-			if a.kind == authCookie && !s.keys.validCSRF(a.session, r.Header.Get(csrfHeader)) {
+			if a.kind == authCookie && !h.keys.validCSRF(a.session, r.Header.Get(csrfHeader)) {
 				writeJSONError(w, http.StatusForbidden, csrfHeader, "missing or invalid CSRF token: a request authenticated by a session cookie must send "+csrfHeader)
 				return
 			}
 		}
 		run := func() {
-			if err := h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, a))); err != nil {
-				s.writeError(w, r, err)
+			if err := serve(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, a))); err != nil {
+				h.writeError(w, r, err)
 			}
 		}
 		if r.Method != http.MethodPost {
 			run()
 			return
 		}
-		s.withBody(w, r, run)
+		h.withBody(w, r, run)
 	})
 }
 
 // plain authenticates a probe or metrics request (401 in plain text).
-func (s *Server) plain(next http.Handler) http.Handler {
+func (h *Handler) plain(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a := s.authenticate(r)
+		a := h.authenticate(r)
 		if a.storeErr != nil {
 			http.Error(w, storeUnavailableMsg, http.StatusServiceUnavailable)
 			return
@@ -154,16 +171,16 @@ func (s *Server) plain(next http.Handler) http.Handler {
 // without a session is sent to /login, an API call gets 401. River's UI
 // posts JSON from its own pages, which cross-origin protection and the
 // SameSite=Strict cookie guard.
-func (s *Server) riverUIAuth(next http.Handler) http.Handler {
+func (h *Handler) riverUIAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a := s.authenticate(r)
+		a := h.authenticate(r)
 		if a.storeErr != nil {
 			writeJSONError(w, http.StatusServiceUnavailable, "", storeUnavailableMsg)
 			return
 		}
 		if !a.ok() {
-			if a.kind == authNone && r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, RiverUIPrefix+"/api/") {
-				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			if a.kind == authNone && r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, h.path(RiverUIPath+"/api/")) {
+				h.toSignIn(w, r)
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="outboxd"`)
@@ -174,14 +191,14 @@ func (s *Server) riverUIAuth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		s.withBody(w, r, func() { next.ServeHTTP(w, r) })
+		h.withBody(w, r, func() { next.ServeHTTP(w, r) })
 	})
 }
 
 // writeError maps an error to its status and writes it as JSON. Errors not
 // caused by the request are logged and shown as a generic message.
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	status, field, msg := s.classify(r, err)
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, field, msg := h.classify(r, err)
 	writeJSONError(w, status, field, msg)
 }
 
@@ -210,11 +227,11 @@ func isTooLarge(err error) bool {
 // withBody runs next for a request with a body once one of
 // MaxConcurrentBodies is free, with the body bounded by MaxBodyBytes; it
 // answers 503 when none frees up within BodyWait.
-func (s *Server) withBody(w http.ResponseWriter, r *http.Request, next func()) {
+func (h *Handler) withBody(w http.ResponseWriter, r *http.Request, next func()) {
 	timer := time.NewTimer(BodyWait)
 	defer timer.Stop()
 	select {
-	case s.bodies <- struct{}{}:
+	case h.bodies <- struct{}{}:
 	case <-timer.C:
 		w.Header().Set("Retry-After", "1")
 		writeJSONError(w, http.StatusServiceUnavailable, "", fmt.Sprintf("the server is reading %d request bodies already: try again", MaxConcurrentBodies))
@@ -222,7 +239,7 @@ func (s *Server) withBody(w http.ResponseWriter, r *http.Request, next func()) {
 	case <-r.Context().Done():
 		return
 	}
-	defer func() { <-s.bodies }()
+	defer func() { <-h.bodies }()
 	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	next()
 }

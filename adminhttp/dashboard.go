@@ -59,7 +59,9 @@ func parseTemplates(now func() time.Time, prefix string) (*template.Template, er
 			}
 			return b.String()
 		},
-		"verb": func(action string) string { return actions[action].verb },
+		"verb":         func(action string) string { return actions[action].verb },
+		"mayHaveActed": audit.MayHaveActedNote,
+		"nextLookUp":   func(at *time.Time) string { return nextLookUp(at, now()) },
 	}
 	t, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
 	if err != nil {

@@ -220,3 +220,45 @@ func TestDashboardChartPerMinute(t *testing.T) {
 	}
 	wantContains(t, "the legend", r.body, `recorded <strong class="total">3</strong>`, `backlog <strong class="total">1</strong>`)
 }
+
+// An intent's page gives an in_doubt intent its advice (what "may have
+// acted" means, how to check and what to do, when it is looked up again or
+// that it waits for an operator) and a succeeded one none of it, even when
+// an attempt may have acted for it (issue 20: it read "never cancelled,
+// only resolved" and "resolve --as succeeded").
+func TestDetailAdvisesOnlyWhatApplies(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{token: testToken})
+	ids := b.record(t, message("m-1", "billing", payment("charge", "order-1"), email("receipt", "order-1")))
+	charge, receipt := ids[0], ids[1]
+	b.setState(t, charge, intenttype.StateSucceeded)
+	b.setState(t, receipt, intenttype.StateInDoubt)
+	if _, err := b.pool.Exec(context.Background(), `UPDATE outbox_intents SET may_have_acted = true WHERE id = ANY($1)`, ids); err != nil {
+		t.Fatal(err)
+	}
+	r := b.do(t, req{path: fmt.Sprintf("/intents/%d", receipt)})
+	wantContains(t, "the in_doubt intent's page", r.body,
+		`<dd id="may-have-acted">yes: an attempt may have reached the provider, so check there before you resolve or resend it</dd>`,
+		`<dd id="next-lookup">none scheduled: it waits for an operator to resolve or resend it</dd>`,
+		"Delivered or processed: resolve --as succeeded", "None found proves nothing")
+	if strings.Contains(r.body, "none: retry") {
+		t.Errorf("the in_doubt email's page advises a resend on nothing found")
+	}
+	at := b.clock.Now().Add(10*time.Minute + 30*time.Second) // "in 10 min" while the clock runs on
+	if _, err := b.pool.Exec(context.Background(), `UPDATE outbox_intents SET recheck_at = $2 WHERE id = $1`, receipt, at); err != nil {
+		t.Fatal(err)
+	}
+	r = b.do(t, req{path: fmt.Sprintf("/intents/%d", receipt)})
+	wantContains(t, "the in_doubt intent's page, a look-up scheduled", r.body,
+		`<dd id="next-lookup">in 10 min (`+at.UTC().Format("2006-01-02 15:04:05")+` UTC), by the dispatcher`)
+
+	r = b.do(t, req{path: fmt.Sprintf("/intents/%d", charge)})
+	if r.status != http.StatusOK {
+		t.Fatalf("the succeeded intent's page: %s", r)
+	}
+	for _, advice := range []string{"May have acted", "only resolved", "resolve --as", "retry", "Next look-up", "cancel"} {
+		if strings.Contains(strings.ToLower(r.body), strings.ToLower(advice)) {
+			t.Errorf("the succeeded intent's page says %q", advice)
+		}
+	}
+}

@@ -56,6 +56,19 @@ func roughSpan(d time.Duration) string {
 	return fmt.Sprintf("%d days", int(d.Hours()/24))
 }
 
+// nextLookUp says when the dispatcher next asks the provider about an
+// in_doubt intent (its recheck_at), or that it waits for an operator.
+func nextLookUp(at *time.Time, now time.Time) string {
+	switch {
+	case at == nil:
+		return "none scheduled: it waits for an operator to resolve or resend it"
+	case !at.After(now):
+		return fmt.Sprintf("due since %s UTC: the dispatcher's next re-check pass looks it up", at.UTC().Format("2006-01-02 15:04:05"))
+	}
+	return fmt.Sprintf("in %s (%s UTC), by the dispatcher; until then, or instead, an operator may resolve or resend it",
+		roughSpan(at.Sub(now)), at.UTC().Format("2006-01-02 15:04:05"))
+}
+
 // refURL is the page of a business reference, under prefix.
 func refURL(prefix, ref string) string { return prefix + "/references/" + url.PathEscape(ref) }
 

@@ -101,6 +101,24 @@ func HowToCheck(in intenttype.Intent) Check {
 	return c
 }
 
+// MayHaveActedNote says what "an attempt may have reached the provider"
+// means for what an operator may do with in now, or "" when it changes
+// nothing: no attempt may have acted, or the intent is finished (its
+// outcome says whether the provider acted; nothing is left to do).
+// `outboxd intents show` and the dashboard show it, so both say the same
+// thing for the same state.
+func MayHaveActedNote(in intenttype.Intent) string {
+	if !in.MayHaveActed || in.State.Terminal() {
+		return ""
+	}
+	if in.State == intenttype.StateInDoubt {
+		return "yes: an attempt may have reached the provider, so check there before you resolve or resend it"
+	}
+	// Pending or dispatching: the dispatcher goes on with it, and an
+	// operator may not cancel it (DESIGN.md, invariant 3).
+	return "yes: an attempt may have reached the provider, so it cannot be cancelled: it ends succeeded, or in_doubt for an operator"
+}
+
 type searchTerm struct{ name, value string }
 
 func term(name, value string) searchTerm { return searchTerm{name, value} }

@@ -117,8 +117,11 @@ func printFields(w io.Writer, d audit.Detail, now time.Time) error {
 	if in.ProviderKey != "" {
 		fmt.Fprintf(tw, "provider key\t%s (namespace %s, key generation %d)\n", termtext.Line(in.ProviderKey), orDash(termtext.Line(in.Namespace)), in.KeyGeneration)
 	}
-	if in.MayHaveActed {
-		fmt.Fprintf(tw, "may have acted\tyes: an attempt may have reached the provider\n")
+	if note := audit.MayHaveActedNote(in); note != "" {
+		fmt.Fprintf(tw, "may have acted\t%s\n", note)
+	}
+	if in.State == intenttype.StateInDoubt {
+		fmt.Fprintf(tw, "next look-up\t%s\n", nextLookUp(in.RecheckAt, now))
 	}
 	if in.OrderingKey != "" {
 		fmt.Fprintf(tw, "ordering key\t%s\n", termtext.Line(in.OrderingKey))
@@ -137,6 +140,18 @@ func printFields(w io.Writer, d audit.Detail, now time.Time) error {
 		fmt.Fprintf(tw, "finished\t%s\n", stamp(*in.FinishedAt))
 	}
 	return tw.Flush()
+}
+
+// nextLookUp says when the dispatcher next asks the provider about an
+// in_doubt intent (its recheck_at), or that it waits for an operator.
+func nextLookUp(at *time.Time, now time.Time) string {
+	switch {
+	case at == nil:
+		return "none scheduled: it waits for an operator to resolve or retry it"
+	case !at.After(now):
+		return fmt.Sprintf("due since %s: the dispatcher's next re-check pass looks it up", stamp(*at))
+	}
+	return fmt.Sprintf("%s (in %s), by the dispatcher; until then, or instead, an operator may resolve or retry it", stamp(*at), age(at.Sub(now)))
 }
 
 func printHowToCheck(w io.Writer, c audit.Check) error {

@@ -61,6 +61,7 @@ func parseTemplates(now func() time.Time, prefix string) (*template.Template, er
 		},
 		"verb":         func(action string) string { return actions[action].verb },
 		"mayHaveActed": audit.MayHaveActedNote,
+		"outcome":      func(o string) string { return bulkOutcomeWords[o] },
 		"nextLookUp":   func(at *time.Time) string { return nextLookUp(at, now()) },
 	}
 	t, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
@@ -220,6 +221,8 @@ type listBody struct {
 	NextURL   string
 	FirstURL  string
 	Error     string
+	// Bulk offers the bulk actions on the filter's intents.
+	Bulk []bulkLink
 }
 
 func (h *Handler) listPage(w http.ResponseWriter, r *http.Request) error {
@@ -262,6 +265,9 @@ func (h *Handler) listPage(w http.ResponseWriter, r *http.Request) error {
 		if status, err = h.listIntents(r.Context(), &body, links); err != nil {
 			return err
 		}
+	}
+	if status == http.StatusOK {
+		body.Bulk = h.bulkLinks(f)
 	}
 	a := <-activity
 	if a.err != nil {
@@ -377,6 +383,8 @@ type detailBody struct {
 	Detail  audit.Detail
 	Actions []string
 	Done    string
+	// Reveal is the state of the page's reveal form.
+	Reveal revealForm
 }
 
 func (h *Handler) detailPage(w http.ResponseWriter, r *http.Request) error {
@@ -479,10 +487,7 @@ func (h *Handler) actionSubmit(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(b.Reason) == "" {
 		return again(http.StatusBadRequest, "Give a reason: it goes into the intent's event log.")
 	}
-	actor := "dashboard"
-	if b.Actor != "" {
-		actor = "dashboard:" + b.Actor
-	}
+	actor := dashboardActor(b.Actor)
 	// The action applies only if the intent is still in the state and at
 	// the version the operator saw on the confirmation page, and once
 	// however often the form is posted.
@@ -643,4 +648,13 @@ func newFormActionID() string {
 // brings it back to the page it asked for.
 func (h *Handler) toSignIn(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, h.path("/login?next="+url.QueryEscape(r.URL.RequestURI())), http.StatusSeeOther)
+}
+
+// dashboardActor is the actor an operator's action on the dashboard is
+// recorded with: "dashboard", or "dashboard:<name>" when they gave one.
+func dashboardActor(name string) string {
+	if name = strings.TrimSpace(name); name != "" {
+		return "dashboard:" + name
+	}
+	return "dashboard"
 }

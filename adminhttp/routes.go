@@ -61,6 +61,9 @@ func (h *Handler) newRoutes() http.Handler {
 	handle("GET /references/{ref}", h.page(h.referencePage))
 	handle("GET /intents/{id}/{action}", h.page(h.confirmPage))
 	handle("POST /intents/{id}/{action}", h.page(h.actionSubmit))
+	handle("POST /intents/{id}/reveal", h.page(h.revealSubmit))
+	handle("GET /bulk/{action}", h.page(h.bulkPreview))
+	handle("POST /bulk/{action}", h.page(h.bulkSubmit))
 
 	// River's UI.
 	if h.riverUI != nil {

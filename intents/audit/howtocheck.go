@@ -81,7 +81,7 @@ func HowToCheck(in intenttype.Intent) Check {
 		c.Search = strings.Join(parts, " AND ")
 		c.URL = sendgridActivity
 		c.Note = "In Email Activity, search by these custom args (the query works as is in the Email Activity API, GET /v3/messages?query=...). A message belongs to this intent only if " + both +
-			" and its recipient is one of the payload's (intents show --reveal shows them; one request is accepted or refused whole, so one recipient's message proves all)."
+			" and its recipient is one of the payload's (a reveal shows them: Reveal on the intent's dashboard page, or intents show --reveal; one request is accepted or refused whole, so one recipient's message proves all)."
 		advice = " Delivered or processed: resolve --as succeeded. None found proves nothing: the feed lags by minutes and holds nothing without the Email Activity add-on; " +
 			"retry only once you know the email was not sent (the recipient, your mail logs), or resolve --as failed with that evidence."
 	default:

@@ -77,27 +77,7 @@ func TestInDoubtWorkflowInABrowser(t *testing.T) {
 	br.navigate(b.url + "/login")
 	br.act(fmt.Sprintf(`document.querySelector('input[name=token]').value = %q; document.querySelector('form[action="/login"]').submit()`, testToken))
 
-	// Reveal the newsletter email's recipient.
-	br.navigate(fmt.Sprintf("%s/intents/%d", b.url, newsletter))
-	if got := br.text("#next-lookup"); !strings.Contains(got, "waits for an operator") {
-		t.Errorf("next look-up = %q, want that it waits for an operator", got)
-	}
-	if payload := br.text("pre.payload"); strings.Contains(payload, recipientEmail) {
-		t.Fatalf("the payload shows the recipient before any reveal:\n%s", payload)
-	}
-	br.act(`document.querySelector('form.reveal input[name=reason]').value = 'INC-7: look the recipient up in Email Activity';
-		document.querySelector('form.reveal input[name=actor]').value = 'alice';
-		document.querySelector('form.reveal button[type=submit]').click()`)
-	if payload := br.text("pre.payload"); !strings.Contains(payload, recipientEmail) {
-		t.Errorf("after the reveal the payload does not show the recipient:\n%s", payload)
-	}
-	if events := br.text("table.events"); !strings.Contains(events, "operator:dashboard:alice") || !strings.Contains(events, "revealed payload: INC-7: look the recipient up in Email Activity") {
-		t.Errorf("the event log on the page does not show the reveal:\n%s", events)
-	}
-	br.navigate(fmt.Sprintf("%s/intents/%d", b.url, newsletter))
-	if payload := br.text("pre.payload"); strings.Contains(payload, recipientEmail) {
-		t.Errorf("viewed again, the payload still shows the recipient")
-	}
+	revealInTheBrowser(t, br, b, newsletter)
 
 	// Resend the billing emails in bulk, from the filtered list.
 	br.navigate(b.url + "/?state=in_doubt&consumer=billing&refresh=off")
@@ -151,8 +131,41 @@ func TestInDoubtWorkflowInABrowser(t *testing.T) {
 		t.Errorf("the newsletter's email, outside the filter, was sent %d times or moved", n)
 	}
 
-	// The same form posted again (a reload after a lost answer) sends
-	// nothing more, and says what the first post did.
+	postAgainInTheBrowser(t, br, b, double, billing)
+}
+
+// revealInTheBrowser reveals the newsletter email's recipient from its page: the
+// page shows it, and its event log who looked and why; the next view is
+// redacted again.
+func revealInTheBrowser(t *testing.T, br *browser, b *testBundle, newsletter int64) {
+	t.Helper()
+	br.navigate(fmt.Sprintf("%s/intents/%d", b.url, newsletter))
+	if got := br.text("#next-lookup"); !strings.Contains(got, "waits for an operator") {
+		t.Errorf("next look-up = %q, want that it waits for an operator", got)
+	}
+	if payload := br.text("pre.payload"); strings.Contains(payload, recipientEmail) {
+		t.Fatalf("the payload shows the recipient before any reveal:\n%s", payload)
+	}
+	br.act(`document.querySelector('form.reveal input[name=reason]').value = 'INC-7: look the recipient up in Email Activity';
+		document.querySelector('form.reveal input[name=actor]').value = 'alice';
+		document.querySelector('form.reveal button[type=submit]').click()`)
+	if payload := br.text("pre.payload"); !strings.Contains(payload, recipientEmail) {
+		t.Errorf("after the reveal the payload does not show the recipient:\n%s", payload)
+	}
+	if events := br.text("table.events"); !strings.Contains(events, "operator:dashboard:alice") || !strings.Contains(events, "revealed payload: INC-7: look the recipient up in Email Activity") {
+		t.Errorf("the event log on the page does not show the reveal:\n%s", events)
+	}
+	br.navigate(fmt.Sprintf("%s/intents/%d", b.url, newsletter))
+	if payload := br.text("pre.payload"); strings.Contains(payload, recipientEmail) {
+		t.Errorf("viewed again, the payload still shows the recipient")
+	}
+}
+
+// postAgainInTheBrowser posts the bulk form the browser saved (in
+// sessionStorage) a second time, as a reload after a lost answer would:
+// nothing more is sent, and the page says what the first post did.
+func postAgainInTheBrowser(t *testing.T, br *browser, b *testBundle, double *sendgriddouble.Server, billing []int64) {
+	t.Helper()
 	var saved string
 	br.eval(`sessionStorage.getItem('bulkForm')`, &saved)
 	fields := map[string]string{}

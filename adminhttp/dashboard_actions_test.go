@@ -76,6 +76,39 @@ func TestDashboardRevealIsExplicitAuditedAndSafe(t *testing.T) {
 	b.do(t, req{path: fmt.Sprintf("/intents/%d", id), noAuth: true, cookies: []*http.Cookie{session}})
 }
 
+// TestDashboardListOffersTheBulkActionsItsStatesAllow: the filtered list
+// links to the preview of each bulk action its states allow (and none
+// without a state); a preview of a request that makes no sense is refused.
+func TestDashboardListOffersTheBulkActionsItsStatesAllow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{token: testToken})
+	b.setState(t, b.record(t, message("m-1", "billing", email("receipt", "order-1")))[0], intenttype.StateInDoubt)
+	session := b.signIn(t, testToken)
+	get := func(path string) response {
+		t.Helper()
+		return b.do(t, req{path: path, noAuth: true, cookies: []*http.Cookie{session}})
+	}
+	// The list offers what its states allow, and nothing without a state.
+	wantContains(t, "the in_doubt emails' list", get("/?state=in_doubt&kind=sendgrid.email").body, `id="bulk"`,
+		`href="/bulk/retry?kind=sendgrid.email&amp;state=in_doubt"`, `href="/bulk/resolve?as=succeeded&amp;kind=sendgrid.email&amp;state=in_doubt"`,
+		`href="/bulk/resolve?as=failed&amp;kind=sendgrid.email&amp;state=in_doubt"`)
+	if body := get("/?state=in_doubt").body; strings.Contains(body, "/bulk/cancel") {
+		t.Errorf("the in_doubt list offers a bulk cancel")
+	}
+	if body := get("/?state=pending").body; !strings.Contains(body, `href="/bulk/cancel?state=pending"`) || strings.Contains(body, "/bulk/retry") {
+		t.Errorf("the pending list does not offer a bulk cancel alone")
+	}
+	if body := get("/").body; strings.Contains(body, `id="bulk"`) {
+		t.Errorf("the list without a state offers bulk actions")
+	}
+	for path, want := range map[string]int{"/bulk/retry?kind=sendgrid.email": 400, "/bulk/frobnicate?state=in_doubt": 404, "/bulk/retry?state=in_doubt&as=failed": 400, "/bulk/retry?state=done": 400} {
+		if r := get(path); r.status != want {
+			t.Errorf("GET %s: %d; want %d", path, r.status, want)
+		}
+	}
+
+}
+
 var seenField = regexp.MustCompile(`name="seen" value="([^"]*)"`)
 var actionIDField = regexp.MustCompile(`name="action_id" value="([^"]*)"`)
 
@@ -99,45 +132,11 @@ func TestDashboardBulkPreviewConfirmOnce(t *testing.T) {
 	charge := b.record(t, message("m-charge", "billing", payment("charge", "order-0")))[0]
 	b.setState(t, charge, intenttype.StateInDoubt)
 	session := b.signIn(t, testToken)
-	get := func(path string) response {
-		t.Helper()
-		return b.do(t, req{path: path, noAuth: true, cookies: []*http.Cookie{session}})
-	}
-
-	// The list offers what its states allow, and nothing without a state.
-	wantContains(t, "the in_doubt emails' list", get("/?state=in_doubt&kind=sendgrid.email").body, `id="bulk"`,
-		`href="/bulk/retry?kind=sendgrid.email&amp;state=in_doubt"`, `href="/bulk/resolve?as=succeeded&amp;kind=sendgrid.email&amp;state=in_doubt"`,
-		`href="/bulk/resolve?as=failed&amp;kind=sendgrid.email&amp;state=in_doubt"`)
-	if body := get("/?state=in_doubt").body; strings.Contains(body, "/bulk/cancel") {
-		t.Errorf("the in_doubt list offers a bulk cancel")
-	}
-	if body := get("/?state=pending").body; !strings.Contains(body, `href="/bulk/cancel?state=pending"`) || strings.Contains(body, "/bulk/retry") {
-		t.Errorf("the pending list does not offer a bulk cancel alone")
-	}
-	if body := get("/").body; strings.Contains(body, `id="bulk"`) {
-		t.Errorf("the list without a state offers bulk actions")
-	}
-	for path, want := range map[string]int{"/bulk/retry?kind=sendgrid.email": 400, "/bulk/frobnicate?state=in_doubt": 404, "/bulk/retry?state=in_doubt&as=failed": 400, "/bulk/retry?state=done": 400} {
-		if r := get(path); r.status != want {
-			t.Errorf("GET %s: %d; want %d", path, r.status, want)
-		}
-	}
 
 	// The preview: four in_doubt emails, none changed yet.
-	before := b.dbState(t)
-	preview := get("/bulk/retry?kind=sendgrid.email&state=in_doubt")
-	if preview.status != http.StatusOK || strings.Count(preview.body, `class="outcome-would"`) != 4 {
-		t.Fatalf("preview: %s", preview)
-	}
-	if after := b.dbState(t); after != before {
-		t.Errorf("the preview changed the database")
-	}
-	form := url.Values{"csrf": {scrapeCSRF(t, preview.body)}, "filter": {"kind=sendgrid.email&state=in_doubt"},
-		"seen": {seenField.FindStringSubmatch(preview.body)[1]}, "action_id": {actionIDField.FindStringSubmatch(preview.body)[1]},
-		"reason": {"SendGrid's activity shows none of them"}, "actor": {"alice"}}
-	if n := len(strings.Fields(form.Get("seen"))); n != 4 {
-		t.Fatalf("the form's seen holds %d intents, want 4: %q", n, form.Get("seen"))
-	}
+	form := b.previewForm(t, session, "/bulk/retry?kind=sendgrid.email&state=in_doubt", 4)
+	form.Set("reason", "SendGrid's activity shows none of them")
+	form.Set("actor", "alice")
 
 	// Meanwhile: one is resolved through the API, one is resent and comes
 	// back in_doubt at a new version, one more goes in_doubt.
@@ -150,7 +149,7 @@ func TestDashboardBulkPreviewConfirmOnce(t *testing.T) {
 	b.setState(t, emails[4], intenttype.StateInDoubt)
 
 	// An incomplete form changes nothing and shows the same preview again.
-	before = b.dbState(t)
+	before := b.dbState(t)
 	incomplete := b.formPost(t, session, "/bulk/retry", form, false)
 	wantContains(t, "an unconfirmed form", incomplete.body, `id="form-error">Tick the confirmation box first.`, `value="`+form.Get("action_id")+`"`, `value="`+form.Get("seen")+`"`)
 	if incomplete.status != http.StatusBadRequest || b.dbState(t) != before {
@@ -169,20 +168,8 @@ func TestDashboardBulkPreviewConfirmOnce(t *testing.T) {
 	}
 	wantContains(t, "the result", done.body, `id="bulk-summary">Resend: 2 done, 3 refused, 0 errors`,
 		"it no longer matches the filter: it is succeeded now", "it changed since it was seen", "not among the intents seen")
-	generations := func() []string {
-		var out []string
-		for _, id := range emails {
-			var state string
-			var gen int
-			if err := b.pool.QueryRow(ctx, `SELECT state, key_generation FROM outbox_intents WHERE id = $1`, id).Scan(&state, &gen); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, fmt.Sprintf("%s/g%d", state, gen))
-		}
-		return out
-	}
 	want := "[pending/g1 pending/g1 succeeded/g0 in_doubt/g1 in_doubt/g0]"
-	if got := fmt.Sprint(generations()); got != want {
+	if got := fmt.Sprint(b.generations(t, emails)); got != want {
 		t.Errorf("after the bulk resend: %s; want %s", got, want)
 	}
 	if st := b.intentState(t, charge); st != intenttype.StateInDoubt {
@@ -194,7 +181,7 @@ func TestDashboardBulkPreviewConfirmOnce(t *testing.T) {
 	before = b.dbState(t)
 	again := b.formPost(t, session, "/bulk/retry", form, false)
 	wantContains(t, "the form posted again", again.body, `id="bulk-summary">Resend: 2 done, 3 refused`, "done already, by an earlier run of this action")
-	if got := fmt.Sprint(generations()); got != want || b.dbState(t) != before {
+	if got := fmt.Sprint(b.generations(t, emails)); got != want || b.dbState(t) != before {
 		t.Errorf("posted again: %s, or the database changed; want %s, unchanged", got, want)
 	}
 }
@@ -206,4 +193,42 @@ func cloneForm(v url.Values) url.Values {
 		out[k] = append([]string(nil), vs...)
 	}
 	return out
+}
+
+// generations is each intent's state and key generation ("pending/g1"): a
+// resend moves it to pending under a new generation.
+func (b *testBundle) generations(t *testing.T, ids []int64) []string {
+	t.Helper()
+	var out []string
+	for _, id := range ids {
+		var state string
+		var gen int
+		if err := b.pool.QueryRow(context.Background(), `SELECT state, key_generation FROM outbox_intents WHERE id = $1`, id).Scan(&state, &gen); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s/g%d", state, gen))
+	}
+	return out
+}
+
+// previewForm opens a bulk action's preview at path, checks that it lists
+// want intents it would change and changes nothing, and returns its
+// confirmation form's fields.
+func (b *testBundle) previewForm(t *testing.T, session *http.Cookie, path string, want int) url.Values {
+	t.Helper()
+	before := b.dbState(t)
+	preview := b.do(t, req{path: path, noAuth: true, cookies: []*http.Cookie{session}})
+	if preview.status != http.StatusOK || strings.Count(preview.body, `class="outcome-would"`) != want {
+		t.Fatalf("preview: %s", preview)
+	}
+	if after := b.dbState(t); after != before {
+		t.Errorf("the preview changed the database")
+	}
+	_, filter, _ := strings.Cut(path, "?")
+	form := url.Values{"csrf": {scrapeCSRF(t, preview.body)}, "filter": {filter},
+		"seen": {seenField.FindStringSubmatch(preview.body)[1]}, "action_id": {actionIDField.FindStringSubmatch(preview.body)[1]}}
+	if n := len(strings.Fields(form.Get("seen"))); n != want {
+		t.Fatalf("the form's seen holds %d intents, want %d: %q", n, want, form.Get("seen"))
+	}
+	return form
 }

@@ -122,6 +122,10 @@ func TestInDoubtWorkflowInABrowser(t *testing.T) {
 	if got := br.text(".count-in_doubt .n"); got != "1" {
 		t.Errorf("in_doubt tile = %q, want 1 (the newsletter's)", got)
 	}
+	// One in_doubt is an alarm; no failed intent is none.
+	if inDoubt, failed := tileColor(br, "in_doubt"), tileColor(br, "failed"); inDoubt != tileAlarm["in_doubt"] || failed == tileAlarm["failed"] || failed == tileAlarm["in_doubt"] {
+		t.Errorf("tiles: 1 in_doubt is %s, 0 failed is %s; want the in_doubt alarm colour, and no alarm for none failed", inDoubt, failed)
+	}
 	for _, id := range billing {
 		if n := double.EffectsFor(id); n != 1 {
 			t.Errorf("SendGrid got intent %d's email %d times, want once", id, n)
@@ -203,4 +207,14 @@ func postAgainInTheBrowser(t *testing.T, br *browser, b *testBundle, double *sen
 			t.Errorf("intent %d after the second post: %s, key generation %d, %d emails; want succeeded, 1, 1", id, st, generation, double.EffectsFor(id))
 		}
 	}
+}
+
+// tileAlarm is the colour of a state's count when it calls for attention.
+var tileAlarm = map[string]string{"in_doubt": "rgb(181, 71, 8)", "failed": "rgb(180, 35, 24)"}
+
+// tileColor is the computed colour of the list's count of state.
+func tileColor(br *browser, state string) string {
+	var color string
+	br.eval(fmt.Sprintf(`getComputedStyle(document.querySelector('.count-%s .n')).color`, state), &color)
+	return color
 }

@@ -63,6 +63,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	if got := br.text(".count-in_doubt .n"); got != "2" {
 		t.Errorf("in_doubt count on the list = %q, want 2", got)
 	}
+	if got := tileColor(br, "failed"); got != tileAlarm["failed"] {
+		t.Errorf("1 failed is drawn in %s, want the alarm colour %s", got, tileAlarm["failed"])
+	}
 
 	// The chart: twelve intents recorded, seven succeeded, two in doubt,
 	// two waiting, drawn as one line each over the last hour.

@@ -26,7 +26,8 @@ end, outcome, HTTP status, whether the provider replayed a saved answer,
 the provider's reference, the error) and its event log, oldest first.
 It also says how to look the intent up at its provider (what to search
 for, and where), to check an in_doubt intent before resolving or retrying
-it. Exits 1 if there is no such intent.
+it, and, for an in_doubt intent, when the dispatcher looks it up again or
+that it waits for an operator. Exits 1 if there is no such intent.
 
 The payload is redacted (an email's recipients, say). To see it whole,
 add --reveal with a --reason: the reveal is written to the intent's event

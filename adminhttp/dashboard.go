@@ -266,7 +266,7 @@ func (h *Handler) listPage(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	if status == http.StatusOK {
+	if status == http.StatusOK && len(body.Page.Intents) > 0 {
 		body.Bulk = h.bulkLinks(f)
 	}
 	a := <-activity

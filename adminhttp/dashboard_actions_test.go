@@ -78,11 +78,13 @@ func TestDashboardRevealIsExplicitAuditedAndSafe(t *testing.T) {
 
 // TestDashboardListOffersTheBulkActionsItsStatesAllow: the filtered list
 // links to the preview of each bulk action its states allow (and none
-// without a state); a preview of a request that makes no sense is refused.
+// without a state, or when it lists nothing); a preview of a request that
+// makes no sense is refused.
 func TestDashboardListOffersTheBulkActionsItsStatesAllow(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{token: testToken})
-	b.setState(t, b.record(t, message("m-1", "billing", email("receipt", "order-1")))[0], intenttype.StateInDoubt)
+	ids := b.record(t, message("m-1", "billing", email("receipt", "order-1"), email("notice", "order-1")))
+	b.setState(t, ids[0], intenttype.StateInDoubt) // ids[1] stays pending
 	session := b.signIn(t, testToken)
 	get := func(path string) response {
 		t.Helper()
@@ -100,6 +102,9 @@ func TestDashboardListOffersTheBulkActionsItsStatesAllow(t *testing.T) {
 	}
 	if body := get("/").body; strings.Contains(body, `id="bulk"`) {
 		t.Errorf("the list without a state offers bulk actions")
+	}
+	if body := get("/?state=waiting").body; strings.Contains(body, `id="bulk"`) {
+		t.Errorf("an empty list offers bulk actions")
 	}
 	for path, want := range map[string]int{"/bulk/retry?kind=sendgrid.email": 400, "/bulk/frobnicate?state=in_doubt": 404, "/bulk/retry?state=in_doubt&as=failed": 400, "/bulk/retry?state=done": 400} {
 		if r := get(path); r.status != want {

@@ -31,24 +31,26 @@ func ExampleNewHandler() {
 	store, _ := audit.New(pool, registry)
 
 	const token = "change-me-to-a-long-random-secret"
+	// readme:mount begin
 	admin, err := adminhttp.NewHandler(adminhttp.Config{
-		Prefix:  "/outbox",
-		Token:   token, // required: the server is not on loopback only
-		Audit:   store,
-		Intents: client,
+		Prefix:  "/outbox", // every route, link and the session cookie under it
+		Token:   token,     // at least 16 bytes; required off loopback
+		Audit:   store,     // audit.New(pool, registry)
+		Intents: client,    // intents.NewClient(pool, ...), for POST /outbox/api/v1/messages
 		Pool:    pool,
 	})
 	if err != nil {
-		fmt.Println("error:", err)
+		fmt.Println("error:", err) // a *adminhttp.ConfigError naming the field
 		return
 	}
-	if err := admin.Start(ctx); err != nil {
+	if err := admin.Start(ctx); err != nil { // River's UI runs until ctx is done
 		fmt.Println("error:", err)
 		return
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /orders", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "the service's own page") })
-	mux.Handle("/outbox/", admin)
+	mux.Handle("/outbox/", admin) // the whole path: not through http.StripPrefix
+	// readme:mount end
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

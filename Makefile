@@ -33,7 +33,7 @@ example: db-check ## the NoteCreated example service end to end on RabbitMQ (AMQ
 
 .PHONY: screenshot
 screenshot: chromium db-check ## refresh docs/dashboard.png from the dashboard's browser test
-	UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestDashboardInABrowser ./cmd/outboxd/internal/adminhttp
+	UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestDashboardInABrowser ./adminhttp
 
 .PHONY: test
 test: lint db-check $(TOOLS)/stripe-mock chromium ## vet, staticcheck, gofmt, then every test with the race detector

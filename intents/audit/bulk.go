@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 )
@@ -92,7 +95,10 @@ type BulkResult struct {
 // a.ActionID:<id>, so a bulk run again with the same ActionID after a lost
 // answer applies nothing twice. It
 // keeps going after a refusal or an error, and reports each to progress
-// (when not nil) and in the result.
+// (when not nil) and in the result. With a.Seen, an intent seen that the
+// filter no longer matches is reported too, after the others (and not
+// counted in Matched): done if an earlier run of the same ActionID moved
+// it, refused otherwise.
 //
 // With dryRun it changes nothing: it lists the intents and says, from the
 // state each was in, which the action would move and which it would refuse.
@@ -100,8 +106,8 @@ type BulkResult struct {
 // f must select States (a bulk action over every state is a mistake), and
 // a.Reason is required; bad arguments are a *FieldError, and a filter
 // matching more than MaxBulkIntents intents an error, before anything is
-// changed. The returned error is otherwise only ctx's, with the result so
-// far.
+// changed. The returned error is otherwise only ctx's, or the database's
+// while reading the intents seen, with the result so far.
 func (s *Store) ActAll(ctx context.Context, f Filter, a BulkAction, dryRun bool, progress func(BulkItem)) (BulkResult, error) {
 	res := BulkResult{DryRun: dryRun, Items: []BulkItem{}}
 	if err := a.check(f); err != nil {
@@ -125,8 +131,77 @@ func (s *Store) ActAll(ctx context.Context, f Filter, a BulkAction, dryRun bool,
 			progress(item)
 		}
 	}
-	return res, nil
+	if a.Seen == nil {
+		return res, nil
+	}
+	unlisted, err := s.seenUnlisted(ctx, a, listed, dryRun)
+	for _, item := range unlisted {
+		res.count(item)
+		if progress != nil {
+			progress(item)
+		}
+	}
+	return res, err
 }
+
+// seenUnlisted reports the intents a.Seen holds that the filter no longer
+// matches: done, when this action's identity moved them (the same bulk sent
+// again after a lost answer finds what its first run did), refused
+// otherwise (something else moved them). In a dry run nothing is done, so
+// both are refusals saying which.
+func (s *Store) seenUnlisted(ctx context.Context, a BulkAction, listed []intenttype.Intent, dryRun bool) ([]BulkItem, error) {
+	remaining := maps.Clone(a.Seen)
+	for _, in := range listed {
+		delete(remaining, in.ID)
+	}
+	if len(remaining) == 0 {
+		return nil, nil
+	}
+	ids := slices.Sorted(maps.Keys(remaining))
+	rows, err := s.pool.Query(ctx, seenUnlistedSQL, ids, a.ActionID)
+	if err != nil {
+		return nil, fmt.Errorf("audit: read the intents seen: %w", err)
+	}
+	type unlisted struct {
+		in      intenttype.Intent
+		applied bool
+	}
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (unlisted, error) {
+		var u unlisted
+		err := row.Scan(&u.in.ID, &u.in.Kind, &u.in.State, &u.in.KeyGeneration, &u.in.AttemptCount, &u.applied)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: read the intents seen: %w", err)
+	}
+	items := make([]BulkItem, 0, len(ids))
+	for _, u := range found {
+		delete(remaining, u.in.ID)
+		item := BulkItem{IntentID: u.in.ID, Kind: u.in.Kind, From: u.in.State, To: a.target(), Version: u.in.Version()}
+		switch {
+		case u.applied && !dryRun:
+			item.Outcome, item.Why = BulkDone, "done already, by an earlier run of this action"
+		case u.applied:
+			item.Outcome, item.Why = BulkRefused, "done already, by an earlier run of this action"
+		default:
+			item.Outcome, item.Why = BulkRefused, fmt.Sprintf("it no longer matches the filter: it is %s now", u.in.State)
+		}
+		items = append(items, item)
+	}
+	for _, id := range slices.Backward(slices.Sorted(maps.Keys(remaining))) {
+		items = append(items, BulkItem{IntentID: id, To: a.target(), Version: a.Seen[id], Outcome: BulkRefused, Why: "no such intent any more"})
+	}
+	return items, nil
+}
+
+// seenUnlistedSQL reads the intents of $1, newest first, and whether each
+// holds the event of the bulk action $2 (its action id, $2:<intent id>).
+const seenUnlistedSQL = `
+SELECT i.id, i.kind, i.state, i.key_generation, i.attempt_count,
+       EXISTS (SELECT 1 FROM outbox_events e WHERE e.intent_id = i.id AND e.action_id = $2::text || ':' || i.id::text)
+FROM outbox_intents i
+WHERE i.id = ANY($1::bigint[])
+ORDER BY i.id DESC`
 
 // check refuses a bulk action over every state, or without a reason, or
 // whose per-intent action id would be refused (ActionID:<intent id>,

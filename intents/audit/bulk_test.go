@@ -101,3 +101,66 @@ func TestActAllDryRunRealRunAndRefusals(t *testing.T) {
 		t.Errorf("the concurrently resolved intent was overridden: %+v", e)
 	}
 }
+
+// A confirmed bulk (with Seen) sent again with its action id, after a lost
+// answer, applies nothing twice and reports what its first run did: the
+// intents it moved no longer match the filter, and are done; one someone
+// else moved meanwhile is refused, saying what it is now.
+func TestActAllSentAgainReportsWhatItsFirstRunDid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var doubt []int64
+	for i := range 3 {
+		id := b.record(t, "billing", fmt.Sprintf("again-%d", i), "", sendgridprovider.KindEmail, emailPayload)
+		b.setState(t, id, intenttype.StateInDoubt)
+		doubt = append(doubt, id)
+	}
+	f := audit.Filter{States: []intenttype.State{intenttype.StateInDoubt}}
+	preview, err := b.store.ActAll(ctx, f, audit.BulkAction{Kind: audit.ActionResolve, As: intenttype.StateSucceeded, Actor: "ann", Reason: "preview"}, true, nil)
+	if err != nil || preview.Would != 3 {
+		t.Fatalf("preview = %+v, %v", preview, err)
+	}
+	seen := map[int64]intenttype.Version{}
+	for _, it := range preview.Items {
+		seen[it.IntentID] = it.Version
+	}
+	a := audit.BulkAction{Kind: audit.ActionResolve, As: intenttype.StateSucceeded, Actor: "ann", Reason: "delivered, per the activity feed", ActionID: "form_again", Seen: seen}
+	// Someone else resolves one before the bulk runs.
+	if _, err := b.store.Resolve(ctx, doubt[0], intenttype.StateFailed, "bob", "bounced"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.store.ActAll(ctx, f, a, false, nil)
+	if err != nil || first.Matched != 2 || first.Done != 2 || first.Refused != 1 {
+		t.Fatalf("first run = %+v, %v; want 2 matched and done, bob's refused", first, err)
+	}
+	events := map[int64]int{}
+	for _, id := range doubt {
+		events[id] = b.snapshot(t, id).Events
+	}
+	again, err := b.store.ActAll(ctx, f, a, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Matched != 0 || again.Done != 2 || again.Refused != 1 || len(again.Items) != 3 {
+		t.Errorf("sent again = %+v; want nothing matched, the two done already, bob's refused", again)
+	}
+	for _, it := range again.Items {
+		switch {
+		case it.IntentID == doubt[0] && (it.Outcome != audit.BulkRefused || it.Why != "it no longer matches the filter: it is failed now"):
+			t.Errorf("bob's intent, sent again: %+v", it)
+		case it.IntentID != doubt[0] && (it.Outcome != audit.BulkDone || it.From != intenttype.StateSucceeded):
+			t.Errorf("intent %d, sent again: %+v; want done already", it.IntentID, it)
+		}
+	}
+	for _, id := range doubt {
+		if got := b.snapshot(t, id).Events; got != events[id] {
+			t.Errorf("intent %d: sent again, %d events, was %d", id, got, events[id])
+		}
+	}
+	// A dry run of the same does nothing and says so.
+	dry, err := b.store.ActAll(ctx, f, a, true, nil)
+	if err != nil || dry.Done != 0 || dry.Refused != 3 {
+		t.Errorf("dry run sent again = %+v, %v; want every intent refused, none done", dry, err)
+	}
+}

@@ -81,7 +81,7 @@ func HowToCheck(in intenttype.Intent) Check {
 		c.Search = strings.Join(parts, " AND ")
 		c.URL = sendgridActivity
 		c.Note = "In Email Activity, search by these custom args (the query works as is in the Email Activity API, GET /v3/messages?query=...). A message belongs to this intent only if " + both +
-			" and its recipient is one of the payload's (intents show --reveal shows them; one request is accepted or refused whole, so one recipient's message proves all)."
+			" and its recipient is one of the payload's (a reveal shows them: Reveal on the intent's dashboard page, or intents show --reveal; one request is accepted or refused whole, so one recipient's message proves all)."
 		advice = " Delivered or processed: resolve --as succeeded. None found proves nothing: the feed lags by minutes and holds nothing without the Email Activity add-on; " +
 			"retry only once you know the email was not sent (the recipient, your mail logs), or resolve --as failed with that evidence."
 	default:
@@ -99,6 +99,24 @@ func HowToCheck(in intenttype.Intent) Check {
 		c.Note += " This intent has no provider key recorded: its objects carry only " + providers.MetadataIntentID + ", which another deployment's objects may share; check the parameters."
 	}
 	return c
+}
+
+// MayHaveActedNote says what "an attempt may have reached the provider"
+// means for what an operator may do with in now, or "" when it changes
+// nothing: no attempt may have acted, or the intent is finished (its
+// outcome says whether the provider acted; nothing is left to do).
+// `outboxd intents show` and the dashboard show it, so both say the same
+// thing for the same state.
+func MayHaveActedNote(in intenttype.Intent) string {
+	if !in.MayHaveActed || in.State.Terminal() {
+		return ""
+	}
+	if in.State == intenttype.StateInDoubt {
+		return "yes: an attempt may have reached the provider, so check there before you resolve or resend it"
+	}
+	// Pending or dispatching: the dispatcher goes on with it, and an
+	// operator may not cancel it (DESIGN.md, invariant 3).
+	return "yes: an attempt may have reached the provider, so it cannot be cancelled: it ends succeeded, or in_doubt for an operator"
 }
 
 type searchTerm struct{ name, value string }

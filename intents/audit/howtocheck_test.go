@@ -66,3 +66,25 @@ func TestHowToCheckAdvisesOnlyWhatIsInDoubt(t *testing.T) {
 		}
 	}
 }
+
+// "May have acted" is advice only while the intent is unfinished, and says
+// what the operator may do in that state: never "resolve" for a pending
+// intent (only in_doubt ones are resolved), nothing once finished.
+func TestMayHaveActedNoteOnlyWhereItApplies(t *testing.T) {
+	for _, st := range intenttype.States {
+		in := intenttype.Intent{ID: 7, State: st, MayHaveActed: true}
+		note := audit.MayHaveActedNote(in)
+		switch {
+		case st.Terminal() && note != "":
+			t.Errorf("%s: note %q, want none: the outcome is known", st, note)
+		case st == intenttype.StateInDoubt && !strings.Contains(note, "check there before you resolve or resend"):
+			t.Errorf("in_doubt: note %q", note)
+		case (st == intenttype.StatePending || st == intenttype.StateDispatching) && (!strings.Contains(note, "cannot be cancelled") || strings.Contains(note, "resolve")):
+			t.Errorf("%s: note %q, want that it cannot be cancelled, and no resolve", st, note)
+		}
+		in.MayHaveActed = false
+		if note := audit.MayHaveActedNote(in); note != "" {
+			t.Errorf("%s, no attempt may have acted: note %q", st, note)
+		}
+	}
+}

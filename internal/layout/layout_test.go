@@ -114,6 +114,11 @@ var rules = []rule{
 		allowed: func(_, imp string) bool { return !under(imp, "dispatcher") },
 	},
 	{
+		name:    "the admin door reads and acts through the operator's packages, never running",
+		covers:  func(p string) bool { return under(p, "adminhttp") },
+		allowed: func(_, imp string) bool { return !under(imp, "dispatcher") },
+	},
+	{
 		name:    "the store imports only the shared row types",
 		covers:  func(p string) bool { return p == "internal/intentstore" },
 		allowed: func(_, imp string) bool { return imp == "intents/intenttype" },
@@ -121,7 +126,7 @@ var rules = []rule{
 	{
 		name: "leaves import nothing of the module",
 		covers: func(p string) bool {
-			return slices.Contains([]string{"intents/intenttype", "migrations", "internal/testkit", "internal/testkit/pgadmin", "internal/scrub", "internal/bytecheck", "internal/tracing"}, p)
+			return slices.Contains([]string{"intents/intenttype", "migrations", "internal/testkit", "internal/testkit/pgadmin", "internal/scrub", "internal/bytecheck", "internal/tracing", "internal/termtext"}, p)
 		},
 		allowed: func(string, string) bool { return false },
 	},

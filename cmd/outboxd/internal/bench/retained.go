@@ -11,8 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
+	"github.com/outboxkit/outbox/adminhttp"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/internal/intentstore"
@@ -175,12 +174,11 @@ func (r *runner) retainedRows(ctx context.Context) ([]Row, error) {
 		if err != nil {
 			return nil, err
 		}
-		srv, err := adminhttp.New(adminhttp.Config{Addr: "127.0.0.1:0", Audit: s.audit, Ingest: ingest.New(client, nil),
+		s.admin, err = adminhttp.NewHandler(adminhttp.Config{Addr: "127.0.0.1:0", Audit: s.audit, Intents: client,
 			Pool: s.db.pool, DisableRiverUI: true, Logger: r.cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
-		s.admin = srv.Handler()
 	}
 
 	// The drain first: a dispatcher would also work the intents Consume
@@ -446,6 +444,7 @@ func (r *runner) retainedReads(ctx context.Context, sides []*retainedDB) ([]Row,
 // client without a token would reach it, and fails on anything but 200.
 func get(ctx context.Context, h http.Handler, path string) error {
 	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1"+path, nil)
+	req.RemoteAddr = "127.0.0.1:40000"
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {

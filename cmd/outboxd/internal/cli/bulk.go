@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/termtext"
 	"golang.org/x/term"
 )
 

@@ -12,7 +12,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
+	"github.com/outboxkit/outbox/internal/termtext"
 )
 
 // Env is what a command may touch of its process.

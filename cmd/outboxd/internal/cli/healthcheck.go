@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
+	"github.com/outboxkit/outbox/adminhttp"
 )
 
 // runHealthcheck asks the admin server of a running `outboxd run` for

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/termtext"
 )
 
 // actionFlags are the flags every operator action takes.

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/termtext"
 	"github.com/outboxkit/outbox/providers/amqpprovider"
 	"github.com/outboxkit/outbox/providers/jetstreamprovider"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"

@@ -13,9 +13,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/termtext"
 )
 
 func runIntentsShow(ctx context.Context, args []string, env Env) error {
@@ -26,7 +26,8 @@ end, outcome, HTTP status, whether the provider replayed a saved answer,
 the provider's reference, the error) and its event log, oldest first.
 It also says how to look the intent up at its provider (what to search
 for, and where), to check an in_doubt intent before resolving or retrying
-it. Exits 1 if there is no such intent.
+it, and, for an in_doubt intent, when the dispatcher looks it up again or
+that it waits for an operator. Exits 1 if there is no such intent.
 
 The payload is redacted (an email's recipients, say). To see it whole,
 add --reveal with a --reason: the reveal is written to the intent's event
@@ -117,8 +118,11 @@ func printFields(w io.Writer, d audit.Detail, now time.Time) error {
 	if in.ProviderKey != "" {
 		fmt.Fprintf(tw, "provider key\t%s (namespace %s, key generation %d)\n", termtext.Line(in.ProviderKey), orDash(termtext.Line(in.Namespace)), in.KeyGeneration)
 	}
-	if in.MayHaveActed {
-		fmt.Fprintf(tw, "may have acted\tyes: an attempt may have reached the provider\n")
+	if note := audit.MayHaveActedNote(in); note != "" {
+		fmt.Fprintf(tw, "may have acted\t%s\n", note)
+	}
+	if in.State == intenttype.StateInDoubt {
+		fmt.Fprintf(tw, "next look-up\t%s\n", nextLookUp(in.RecheckAt, now))
 	}
 	if in.OrderingKey != "" {
 		fmt.Fprintf(tw, "ordering key\t%s\n", termtext.Line(in.OrderingKey))
@@ -137,6 +141,18 @@ func printFields(w io.Writer, d audit.Detail, now time.Time) error {
 		fmt.Fprintf(tw, "finished\t%s\n", stamp(*in.FinishedAt))
 	}
 	return tw.Flush()
+}
+
+// nextLookUp says when the dispatcher next asks the provider about an
+// in_doubt intent (its recheck_at), or that it waits for an operator.
+func nextLookUp(at *time.Time, now time.Time) string {
+	switch {
+	case at == nil:
+		return "none scheduled: it waits for an operator to resolve or retry it"
+	case !at.After(now):
+		return fmt.Sprintf("due since %s: the dispatcher's next re-check pass looks it up", stamp(*at))
+	}
+	return fmt.Sprintf("%s (in %s), by the dispatcher; until then, or instead, an operator may resolve or retry it", stamp(*at), age(at.Sub(now)))
 }
 
 func printHowToCheck(w io.Writer, c audit.Check) error {

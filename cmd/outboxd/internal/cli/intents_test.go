@@ -584,3 +584,41 @@ func TestEveryBuiltInKindFilters(t *testing.T) {
 		}
 	}
 }
+
+// intents show gives an in_doubt intent's advice (what may have acted
+// means, how to check, when it is looked up again or that it waits for an
+// operator), and a succeeded intent none of it, even one an attempt may
+// have acted for (issue 20: it read "resolve --as succeeded").
+func TestIntentsShowAdvisesOnlyWhatApplies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := newOperatorDB(t)
+	db.setState(t, db.receipt, intenttype.StateInDoubt, "ambiguous: bad gateway")
+	db.setState(t, db.payment, intenttype.StateSucceeded, "")
+	if _, err := db.pool.Exec(ctx, `UPDATE outbox_intents SET may_have_acted = true WHERE id IN ($1, $2)`, db.receipt, db.payment); err != nil {
+		t.Fatal(err)
+	}
+	r := db.run(t, "intents", "show", fmt.Sprint(db.receipt))
+	wantContains(t, "show in_doubt", r.stdout, "may have acted      yes: an attempt may have reached the provider, so check there before you resolve or resend it",
+		"next look-up        none scheduled: it waits for an operator", "Delivered or processed: resolve --as succeeded", "None found proves nothing")
+	if strings.Contains(r.stdout, "none: retry") {
+		t.Errorf("show in_doubt advises a resend on nothing found:\n%s", r.stdout)
+	}
+	if _, err := db.pool.Exec(ctx, `UPDATE outbox_intents SET recheck_at = now() + interval '10 minutes' WHERE id = $1`, db.receipt); err != nil {
+		t.Fatal(err)
+	}
+	r = db.run(t, "intents", "show", fmt.Sprint(db.receipt))
+	if !regexp.MustCompile(`next look-up +\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ \(in (9|10)m\), by the dispatcher`).MatchString(r.stdout) {
+		t.Errorf("show in_doubt with a re-check scheduled does not say when:\n%s", r.stdout)
+	}
+
+	r = db.run(t, "intents", "show", fmt.Sprint(db.payment))
+	if r.code != 0 {
+		t.Fatalf("show succeeded: %s", r)
+	}
+	for _, advice := range []string{"may have acted", "resolve", "retry", "next look-up", "cancel"} {
+		if strings.Contains(r.stdout, advice) {
+			t.Errorf("show of a succeeded intent says %q:\n%s", advice, r.stdout)
+		}
+	}
+}

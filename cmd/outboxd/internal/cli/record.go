@@ -11,9 +11,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/internal/ingest"
+	"github.com/outboxkit/outbox/internal/termtext"
 )
 
 // maxRecordValue bounds one input line and one JSON value; an intent's

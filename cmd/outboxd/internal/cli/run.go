@@ -17,8 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
+	"github.com/outboxkit/outbox/adminhttp"
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/secret"
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/dispatcher/metrics"
@@ -167,7 +166,7 @@ exported are then flushed.
 	fs.DurationVar(&f.grace, "shutdown-grace", 30*time.Second, "how long shutdown waits for attempts in flight")
 	fs.DurationVar(&f.dedupWindow, "dedup-window", dispatcher.DefaultDedupWindow, "how long processed markers are kept: a message redelivered later is handled as new; at least max-attempts × retry-backoff-max")
 	fs.DurationVar(&f.auditRetention, "audit-retention", dispatcher.DefaultAuditRetention, "how long succeeded, failed and cancelled intents are kept after they finish, with their attempts and events (in_doubt and unfinished ones are kept until they finish)")
-	fs.StringVar(&f.adminAddr, "admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminhttp.TokenEnv)
+	fs.StringVar(&f.adminAddr, "admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminTokenEnv)
 	fs.BoolVar(&f.adminTLSTerminated, "admin-tls-terminated", false, "browsers reach the admin server over HTTPS through a proxy that terminates TLS: mark its session cookie Secure (it always is on a TLS request)")
 	f.logs.register(fs)
 	return fs, f
@@ -281,6 +280,10 @@ func dispatchUntilDone(ctx context.Context, d *dispatcher.Dispatcher, admin *run
 	return nil
 }
 
+// adminTokenEnv is the environment variable `outboxd run` reads the admin
+// token from (or from the file named by adminTokenEnv+"_FILE").
+const adminTokenEnv = "OUTBOXD_ADMIN_TOKEN"
+
 // loadAdminToken reads the admin server's token from OUTBOXD_ADMIN_TOKEN or
 // OUTBOXD_ADMIN_TOKEN_FILE, and refuses, before anything starts, an admin
 // address that is not loopback without one.
@@ -291,18 +294,18 @@ func loadAdminToken(env Env, addr string) (string, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return "", usageErrorf("--admin-addr %q is not host:port (e.g. 127.0.0.1:8080, or empty to disable)", addr)
 	}
-	token, err := secret.LoadFrom(env.Getenv, adminhttp.TokenEnv)
+	token, err := secret.LoadFrom(env.Getenv, adminTokenEnv)
 	switch {
-	case errors.Is(err, secret.ErrMissing) && env.Getenv(adminhttp.TokenEnv+"_FILE") == "":
+	case errors.Is(err, secret.ErrMissing) && env.Getenv(adminTokenEnv+"_FILE") == "":
 		token = ""
 	case err != nil:
 		return "", fmt.Errorf("refusing to start: %w", err)
 	}
 	if token == "" && !adminhttp.IsLoopback(addr) {
-		return "", usageErrorf("refusing to start: --admin-addr %s is not a loopback address, so the admin server needs a token: set %s, or %s_FILE to a file that holds it (or listen on 127.0.0.1)", addr, adminhttp.TokenEnv, adminhttp.TokenEnv)
+		return "", usageErrorf("refusing to start: --admin-addr %s is not a loopback address, so the admin server needs a token: set %s, or %s_FILE to a file that holds it (or listen on 127.0.0.1)", addr, adminTokenEnv, adminTokenEnv)
 	}
-	if token != "" && len(token) < 16 {
-		return "", usageErrorf("refusing to start: %s must be at least 16 bytes", adminhttp.TokenEnv)
+	if token != "" && len(token) < adminhttp.MinTokenLength {
+		return "", usageErrorf("refusing to start: %s must be at least %d bytes", adminTokenEnv, adminhttp.MinTokenLength)
 	}
 	return token, nil
 }
@@ -312,7 +315,7 @@ type adminParams struct {
 	token    string
 	pool     *pgxpool.Pool
 	registry *providers.Registry
-	metrics  ingest.Observer
+	metrics  adminhttp.RecordObserver
 	gatherer prometheus.Gatherer
 	logger   *slog.Logger
 	// tracerProvider traces the ingest API's recording; nil when off.
@@ -349,14 +352,16 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 		return nil, err
 	}
 	srv, err := adminhttp.New(adminhttp.Config{
-		Version:  "outboxd " + Version(),
-		Addr:     p.addr,
-		Token:    p.token,
-		Audit:    store,
-		Ingest:   ingest.New(client, p.metrics),
-		Pool:     p.pool,
-		Gatherer: p.gatherer,
-		Logger:   p.logger.With("component", "admin"),
+		Version:     "outboxd " + Version(),
+		Addr:        p.addr,
+		Token:       p.token,
+		TokenSource: "the " + adminTokenEnv + " environment variable outboxd runs with",
+		Audit:       store,
+		Intents:     client,
+		Observer:    p.metrics,
+		Pool:        p.pool,
+		Gatherer:    p.gatherer,
+		Logger:      p.logger.With("component", "admin"),
 
 		TLSTerminated: p.tlsTerminated,
 	})

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/termtext"
 )
 
 func runStats(ctx context.Context, args []string, env Env) error {

@@ -56,9 +56,7 @@ Usage:
   outboxd <command> [flags]
 
 Commands:
-%s  help     print this, or a command's help: outboxd help <command>
-  version  print outboxd's version
-
+%s
 Run 'outboxd help <command>' (or 'outboxd <command> --help') for a command's flags.
 
 Quick start:
@@ -70,9 +68,21 @@ The database is taken from --database-url or DATABASE_URL.
 `
 
 func usage(w io.Writer) {
-	var b strings.Builder
+	lines := [][2]string{}
 	for _, c := range commands() {
-		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		lines = append(lines, [2]string{c.name, c.summary})
+	}
+	lines = append(lines,
+		[2]string{"help", "print this, or a command's help: outboxd help <command>"},
+		[2]string{"version", "print outboxd's version"})
+	// The summaries start in one column, after the longest name.
+	width := 0
+	for _, l := range lines {
+		width = max(width, len(l[0]))
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, l[0], l[1])
 	}
 	fmt.Fprintf(w, overview, b.String())
 }

@@ -28,6 +28,25 @@ unchanged. The Stripe double honours idempotency keys as Stripe does; the
 SendGrid double keeps no idempotency, like SendGrid. Both count the effects
 they performed, served as JSON at /_double/stats.
 
+Both also answer the look-ups that 'outboxd intents show' tells an operator
+to run for an in_doubt intent, so checking one at its provider can be
+rehearsed locally (with the doubles' keys printed below):
+
+  SendGrid's Email Activity API, GET /v3/messages?query=..., with the
+  "search for" line of a sendgrid.email intent's 'how to check':
+    curl -G -H "Authorization: Bearer SG.double-key" \
+      --data-urlencode "query=unique_args['outbox_key']=\"KEY\"" \
+      "$SENDGRID_API_BASE/v3/messages"
+  (the double understands unique_args['NAME']="VALUE" and
+  to_email="ADDRESS" joined by AND, and answers at once: SendGrid's feed
+  lags by minutes);
+
+  Stripe's search, GET /v1/payment_intents/search?query=..., with the
+  "search for" line of a Stripe intent's 'how to check':
+    curl -G -H "Authorization: Bearer sk_test_double" \
+      --data-urlencode "query=metadata['outbox_key']:'KEY'" \
+      "$STRIPE_API_BASE/v1/payment_intents/search"
+
 With --fault-rate, that share of effect-causing requests (payments, emails)
 fails the way real providers do, spread evenly over: response lost after
 acting, 500 after acting, 500 before acting, 429, and a one-second delay.

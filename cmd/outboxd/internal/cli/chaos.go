@@ -43,7 +43,10 @@ func runChaos(ctx context.Context, args []string, env Env) error {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	name, scratchURL, drop, err := chaos.ScratchDatabase(ctx, f.dbURL, logger)
+	if err := f.dbURL.check(); err != nil {
+		return err
+	}
+	name, scratchURL, drop, err := chaos.ScratchDatabase(ctx, f.dbURL.url, logger)
 	if err != nil {
 		return err
 	}
@@ -71,7 +74,7 @@ func runChaos(ctx context.Context, args []string, env Env) error {
 
 // chaosFlags are the flags of outboxd chaos.
 type chaosFlags struct {
-	dbURL            string
+	dbURL            databaseURL
 	duration         time.Duration
 	rate             float64
 	messages         int

@@ -208,6 +208,9 @@ func applyEnv(fs *flag.FlagSet, env Env) error {
 			if setErr := fs.Set(f.Name, v); setErr != nil {
 				err = usageErrorf("%s (for --%s): %v", name, f.Name, setErr)
 			}
+			if s, ok := f.Value.(interface{ setSource(string) }); ok {
+				s.setSource(name)
+			}
 		}
 	})
 	return err

@@ -161,6 +161,34 @@ func TestMigrateRefusesBadDatabaseURLWithoutPrintingThePassword(t *testing.T) {
 	wantContains(t, "stderr", r.stderr, "connect to database")
 }
 
+// TestABadDatabaseURLIsNamedWhereItCameFrom: an invalid URL is reported
+// as the flag, OUTBOXD_DATABASE_URL or DATABASE_URL, whichever set it (a
+// bad DATABASE_URL used to be reported as --database-url), by every
+// command that takes one, without its password.
+func TestABadDatabaseURLIsNamedWhereItCameFrom(t *testing.T) {
+	t.Parallel()
+	const bad = "postgres://app:hunter2secret@127.0.0.1:notaport/db"
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"DATABASE_URL": bad}, nil, "DATABASE_URL is not a valid PostgreSQL URL"},
+		{map[string]string{"DATABASE_URL": unreachableDB, "OUTBOXD_DATABASE_URL": bad}, nil, "OUTBOXD_DATABASE_URL is not a valid PostgreSQL URL"},
+		{map[string]string{"DATABASE_URL": unreachableDB, "OUTBOXD_DATABASE_URL": unreachableDB}, []string{"--database-url", bad}, "--database-url is not a valid PostgreSQL URL"},
+	} {
+		for _, command := range [][]string{{"migrate"}, {"stats"}, {"intents", "list"}, {"record"}, {"demo"}} {
+			r := outboxd(t, invocation{env: tc.env, args: append(append([]string{}, command...), tc.args...)})
+			if r.code != 2 || !strings.Contains(r.stderr, ": "+tc.want+":") {
+				t.Errorf("outboxd %v with %v: %s; want exit 2 and %q", command, tc.env, r, tc.want)
+			}
+			if strings.Contains(r.stdout+r.stderr, "hunter2secret") {
+				t.Errorf("the URL's password appears in the output:\n%s", r)
+			}
+		}
+	}
+}
+
 func TestRunRefusesWithoutCredentials(t *testing.T) {
 	t.Parallel()
 	missingFile := filepath.Join(t.TempDir(), "no-such-key")

@@ -29,7 +29,7 @@ server at --database-url (dropped afterwards unless --keep-database):
 It ends with a report taken from the doubles' own records. It exits 1 if any
 effect happened twice or any intent was lost. Intents held in_doubt are the
 honest outcome of an ambiguous email send: SendGrid cannot be asked.`, env)
-	var dbURL string
+	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
 	orders := fs.Int("orders", demo.DefaultOrders, "order messages to deliver (1 to 100000)")
 	consumers := fs.Int("consumers", demo.DefaultConsumers, "concurrent consumers (1 to 256)")
@@ -53,12 +53,15 @@ honest outcome of an ambiguous email send: SendGrid cannot be asked.`, env)
 	if *timeout <= 0 {
 		return usageErrorf("--timeout must be positive, got %s", *timeout)
 	}
+	if err := dbURL.check(); err != nil {
+		return err
+	}
 	logger, err := logs.logger(env.Stderr)
 	if err != nil {
 		return err
 	}
 	report, err := demo.Run(ctx, demo.Config{
-		ServerURL: dbURL, Orders: *orders, Consumers: *consumers, Seed: *seed,
+		ServerURL: dbURL.url, Orders: *orders, Consumers: *consumers, Seed: *seed,
 		Faults: !*noFaults, KeepDatabase: *keep, Timeout: *timeout,
 		Progress: env.Stderr, Logger: logger,
 	})

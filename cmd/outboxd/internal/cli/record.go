@@ -63,7 +63,7 @@ Exits 1 if any value was bad (the good ones are recorded). Interrupted
 (Ctrl-C, SIGTERM), it stops after the value in hand and prints what was
 recorded so far; feeding the same input again is safe: what was recorded
 is absorbed as duplicates.`, env)
-	var dbURL string
+	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
 	file := fs.String("file", "-", "input file of JSON values; - reads stdin")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")

@@ -96,7 +96,7 @@ func runDispatcher(ctx context.Context, args []string, env Env) error {
 
 // runFlags are the flags of outboxd run.
 type runFlags struct {
-	dbURL              string
+	dbURL              databaseURL
 	providers          providerFlags
 	workers            int
 	maxAttempts        int

@@ -89,8 +89,8 @@ func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
 		/* 7 */ {line("order-7", "billing", intent("fax.send", "", `{"to": "+15555550100"}`)), `"fax.send"`},
 		/* 8 */ {line("order-8", "billing", intent(stripeKind, "", `{"amount": -5, "currency": "usd"}`)), `"amount"`},
 		/* 9 */ {line("order-9", "billing"), `"intents" is missing or empty`},
-		/* 10 */ {line("order-10", "billing", `{"kind": "sendgrid.email", "name": "receipt"}`), `"payload" is missing`},
-		/* 11 */ {line("order-11", "billing", intent(stripeKind, "payment", paymentPayload), intent(sendgridKind, "receipt", `{"from": {"email": "shop@example.com"}, "to": [], "subject": "s", "text": "t"}`)), `"to"`},
+		/* 10 */ {line("order-10", "billing", `{"kind": "sendgrid.email", "name": "receipt"}`), `message "order-10": the 1st intent (sendgrid.email "receipt"): "payload" is missing`},
+		/* 11 */ {line("order-11", "billing", intent(stripeKind, "payment", paymentPayload), intent(sendgridKind, "receipt", `{"from": {"email": "shop@example.com"}, "to": [], "subject": "s", "text": "t"}`)), `message "order-11": the 2nd intent (sendgrid.email "receipt"): `},
 		/* 12 */ {"", ""}, // blank lines are skipped
 		/* 13 */ {`{"message_id": "order-13", "consumer": "billing", "intents": []} {"x": 1}`, `"intents" is missing or empty`}, // two values, both bad
 		/* 14 */ {line("order-14", "shipping", intent(sendgridKind, "", emailPayload)), ""},

@@ -161,7 +161,8 @@ func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, err
 		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 			for i, in := range msg.Intents {
 				if len(in.Payload) == 0 {
-					return &InputError{Field: fmt.Sprintf("intents[%d].payload", i), Err: fmt.Errorf("intent %q (%s): \"payload\" is missing", in.Name, in.Kind)}
+					return &InputError{Field: fmt.Sprintf("intents[%d].payload", i),
+						Err: fmt.Errorf("message %q: %w", msg.MessageID, &intents.IntentError{Index: i, Kind: in.Kind, Name: in.Name, Err: errors.New(`"payload" is missing`)})}
 				}
 				if err := rec.Record(intents.Intent{Kind: in.Kind, Name: in.Name, Payload: in.Payload, Reference: in.Reference,
 					After: in.After, OrderingKey: in.OrderingKey}); err != nil {
@@ -171,7 +172,7 @@ func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, err
 			return nil
 		})
 	if err != nil {
-		return intents.Result{}, classify(err)
+		return intents.Result{}, classify(msg, err)
 	}
 	if r.observer != nil {
 		counts := map[string]int{}
@@ -186,8 +187,9 @@ func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, err
 }
 
 // classify wraps the intents package's errors about the input in an
-// *InputError naming the field.
-func classify(err error) error {
+// *InputError naming the field. An intent's error names its message, so
+// that "the 1st intent" says of what.
+func classify(msg Message, err error) error {
 	var inputErr *InputError
 	if errors.As(err, &inputErr) {
 		return err
@@ -221,7 +223,7 @@ func classify(err error) error {
 		case errors.Is(err, intents.ErrPayloadTooLarge):
 			field += ".payload"
 		}
-		return &InputError{Field: field, Err: err}
+		return &InputError{Field: field, Err: fmt.Errorf("message %q: %w", msg.MessageID, err)}
 	case errors.Is(err, intents.ErrInvalidMessage):
 		field := "message_id"
 		if strings.Contains(err.Error(), "consumer") {

@@ -253,6 +253,48 @@ func (p *providerFlags) buildWebhook(env Env, needKeys bool, client *http.Client
 	return wp, nil
 }
 
+// providerOfKind is the provider that performs each built-in kind.
+var providerOfKind = map[string]string{
+	stripeprovider.KindPaymentIntent: stripeprovider.Name,
+	stripeprovider.KindRefund:        stripeprovider.Name,
+	stripeprovider.KindCapture:       stripeprovider.Name,
+	stripeprovider.KindCancel:        stripeprovider.Name,
+	sendgridprovider.KindEmail:       sendgridprovider.Name,
+	jetstreamprovider.KindPublish:    jetstreamprovider.Name,
+	amqpprovider.KindPublish:         amqpprovider.Name,
+	webhookprovider.KindPost:         webhookprovider.Name,
+}
+
+// unknownKindHint says what to do about a kind no enabled provider
+// performs: the kind of a provider --providers leaves out names the flag
+// that enables it; a kind no provider knows, the built-in kind it may be a
+// typo of.
+func (p *providerFlags) unknownKindHint(kind string) string {
+	if _, ok := providerOfKind[kind]; ok {
+		return p.enableHint(kind)
+	}
+	m := closest(kind, slices.Collect(maps.Keys(providerOfKind)))
+	if m == "" {
+		return ""
+	}
+	hint := fmt.Sprintf("did you mean %q?", m)
+	if enabled := strings.Split(strings.ReplaceAll(p.enabled, " ", ""), ","); !slices.Contains(enabled, providerOfKind[m]) {
+		hint += " " + p.enableHint(m)
+	}
+	return hint
+}
+
+// enableHint names the flag that enables the provider of kind.
+func (p *providerFlags) enableHint(kind string) string {
+	name := providerOfKind[kind]
+	enabled := strings.Join(strings.Fields(strings.ReplaceAll(p.enabled, ",", " ")), ",")
+	hint := fmt.Sprintf("%s is the %s provider's, which --providers does not enable: add it (--providers %s,%s)", kind, name, enabled, name)
+	if name == webhookprovider.Name {
+		hint += " with the endpoints as --webhook NAME=URL"
+	}
+	return hint
+}
+
 // close releases the providers' connections.
 func (p *providerFlags) close() {
 	for _, c := range p.closers {

@@ -94,7 +94,7 @@ is absorbed as duplicates.`, env)
 		return err
 	}
 
-	summary, err := recordValues(ctx, ingest.New(client, nil), in, env.Stderr)
+	summary, err := recordValues(ctx, ingest.New(client, nil).WithUnknownKindHint(pf.unknownKindHint), in, env.Stderr)
 	if err := printRecordSummary(env.Stdout, summary, *asJSON); err != nil {
 		return err
 	}

@@ -340,3 +340,33 @@ func TestRecordRefusesBadBytesAndWritesNothingOfThem(t *testing.T) {
 		t.Errorf("rows = %+v; want only the good lines' markers %v, one intent and job each", got, wantMarkers)
 	}
 }
+
+// TestRecordSaysHowToEnableTheProviderOfAnUnknownKind: a kind of a provider
+// --providers leaves out is refused naming the flag that enables it, and a
+// mistyped kind with the built-in kind it may mean.
+func TestRecordSaysHowToEnableTheProviderOfAnUnknownKind(t *testing.T) {
+	t.Parallel()
+	_, dbURL := pgtest.NewDB(t)
+	env := map[string]string{"DATABASE_URL": dbURL}
+	for _, tc := range []struct {
+		args []string
+		kind string
+		want []string
+	}{
+		{nil, "webhook.post", []string{`unknown intent kind "webhook.post"`, "webhook.post is the webhook provider's, which --providers does not enable: add it (--providers stripe,sendgrid,webhook) with the endpoints as --webhook NAME=URL"}},
+		{nil, "nats.publish", []string{"add it (--providers stripe,sendgrid,nats)"}},
+		{[]string{"--providers", "sendgrid"}, "stripe.refund", []string{"add it (--providers sendgrid,stripe)"}},
+		{nil, "stripe.paymnet_intent", []string{`did you mean "stripe.payment_intent"?`}},
+		{[]string{"--providers", "sendgrid"}, "stripe.paymnet_intent", []string{`did you mean "stripe.payment_intent"? stripe.payment_intent is the stripe provider's, which --providers does not enable: add it (--providers sendgrid,stripe)`}},
+	} {
+		r := outboxd(t, invocation{env: env, stdin: line("m-"+tc.kind, "billing", intent(tc.kind, "", `{}`)), args: append([]string{"record"}, tc.args...)})
+		if r.code != 1 {
+			t.Errorf("record of a %s intent with %v: %s; want exit 1", tc.kind, tc.args, r)
+		}
+		wantContains(t, "record of a "+tc.kind+" intent", r.stderr, tc.want...)
+	}
+	r := outboxd(t, invocation{env: env, stdin: line("m-fax", "billing", intent("fax.send", "", `{}`)), args: []string{"record"}})
+	if strings.Contains(r.stderr, "did you mean") || strings.Contains(r.stderr, "--providers") {
+		t.Errorf("a kind no provider knows got a hint: %s", r)
+	}
+}

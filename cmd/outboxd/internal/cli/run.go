@@ -82,7 +82,7 @@ func runDispatcher(ctx context.Context, args []string, env Env) error {
 	// read for this one's) fails the start, with nothing done.
 	admin, err := startAdmin(ctx, adminParams{
 		addr: f.adminAddr, token: adminToken, tlsTerminated: f.adminTLSTerminated,
-		pool: pool, registry: registry, metrics: outboxMetrics,
+		pool: pool, registry: registry, metrics: outboxMetrics, kindHint: f.providers.unknownKindHint,
 		// /metrics serves the outbox's metrics, the database gauges, Go
 		// and process.
 		gatherer: outboxMetrics.Registry(), logger: logger,
@@ -313,6 +313,9 @@ type adminParams struct {
 	pool     *pgxpool.Pool
 	registry *providers.Registry
 	metrics  ingest.Observer
+	// kindHint ends the API's error about a kind no enabled provider
+	// performs (providerFlags.unknownKindHint).
+	kindHint func(kind string) string
 	gatherer prometheus.Gatherer
 	logger   *slog.Logger
 	// tracerProvider traces the ingest API's recording; nil when off.
@@ -353,7 +356,7 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 		Addr:     p.addr,
 		Token:    p.token,
 		Audit:    store,
-		Ingest:   ingest.New(client, p.metrics),
+		Ingest:   ingest.New(client, p.metrics).WithUnknownKindHint(p.kindHint),
 		Pool:     p.pool,
 		Gatherer: p.gatherer,
 		Logger:   p.logger.With("component", "admin"),

@@ -114,6 +114,17 @@ func TestRunServesTheAdminServer(t *testing.T) {
 		t.Fatalf("POST /api/v1/messages: %d, want 201", resp.StatusCode)
 	}
 	rd.waitForStates(t, 1, func(state string) bool { return state == "succeeded" })
+	// A kind of a provider run does not enable is refused naming the flag.
+	resp, err = http.Post(base+"/api/v1/messages", "application/json",
+		strings.NewReader(line("order-78", "billing", intent("webhook.post", "", `{"endpoint": "billing", "event": "paid", "data": {}}`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnprocessableEntity && resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "add it (--providers stripe,sendgrid,webhook)") {
+		t.Errorf("POST /api/v1/messages of a webhook.post: %d %s; want it refused naming --providers", resp.StatusCode, body)
+	}
 
 	// outboxd healthcheck finds it, also through the environment variable
 	// run reads, with a wildcard host as in a container.

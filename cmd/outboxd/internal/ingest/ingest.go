@@ -130,6 +130,17 @@ type Observer interface {
 type Recorder struct {
 	client   *intents.Client
 	observer Observer
+	kindHint func(kind string) string
+}
+
+// WithUnknownKindHint returns a copy of r that ends the error about a kind
+// no registered provider performs with hint(kind): what the program's user
+// can do about it (the flag that enables the provider that knows it, a
+// kind of a similar name). hint returns "" when it has nothing to say.
+func (r *Recorder) WithUnknownKindHint(hint func(kind string) string) *Recorder {
+	c := *r
+	c.kindHint = hint
+	return &c
 }
 
 // New returns a Recorder that records through client and reports what it
@@ -172,7 +183,7 @@ func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, err
 			return nil
 		})
 	if err != nil {
-		return intents.Result{}, classify(msg, err)
+		return intents.Result{}, r.classify(msg, err)
 	}
 	if r.observer != nil {
 		counts := map[string]int{}
@@ -186,10 +197,17 @@ func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, err
 	return res, nil
 }
 
+func (r *Recorder) hint(kind string) string {
+	if r.kindHint == nil {
+		return ""
+	}
+	return r.kindHint(kind)
+}
+
 // classify wraps the intents package's errors about the input in an
 // *InputError naming the field. An intent's error names its message, so
 // that "the 1st intent" says of what.
-func classify(msg Message, err error) error {
+func (r *Recorder) classify(msg Message, err error) error {
 	var inputErr *InputError
 	if errors.As(err, &inputErr) {
 		return err
@@ -220,6 +238,9 @@ func classify(msg Message, err error) error {
 			}
 		case errors.Is(err, providers.ErrUnknownKind):
 			field += ".kind"
+			if hint := r.hint(intentErr.Kind); hint != "" {
+				return &InputError{Field: field, Err: fmt.Errorf("message %q: %w; %s", msg.MessageID, err, hint)}
+			}
 		case errors.Is(err, intents.ErrPayloadTooLarge):
 			field += ".payload"
 		}

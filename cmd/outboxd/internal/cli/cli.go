@@ -231,6 +231,31 @@ func parse(fs *flag.FlagSet, args []string, env Env) error {
 	return nil
 }
 
+// parseWithOperand is parse for a command that takes one operand (a FILE)
+// besides its flags, before, after or between them: it returns the operand,
+// or "" when none was given.
+func parseWithOperand(fs *flag.FlagSet, args []string, env Env, what string) (string, error) {
+	if err := applyEnv(fs, env); err != nil {
+		return "", err
+	}
+	if err := parseFlags(fs, args, env); err != nil {
+		return "", err
+	}
+	operand := ""
+	for fs.NArg() > 0 {
+		if operand != "" {
+			return "", fmt.Errorf("%w: unexpected argument %q: this command takes one %s at most (see 'outboxd %s --help')", errUsage, fs.Arg(0), what, fs.Name())
+		}
+		operand = fs.Arg(0)
+		// The flag package stops at the first operand; the flags after it
+		// count too ('outboxd record messages.json --json').
+		if err := parseFlags(fs, fs.Args()[1:], env); err != nil {
+			return "", err
+		}
+	}
+	return operand, nil
+}
+
 func usageErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
 }

@@ -60,7 +60,7 @@ func TestEachCommandsHelpSaysWhatItDoes(t *testing.T) {
 	}{
 		{"migrate", []string{"Creates or upgrades", "schema", "--down-to"}},
 		{"run", []string{"Runs the dispatcher", "STRIPE_API_KEY", "SENDGRID_API_KEY", "--workers", "SIGTERM"}},
-		{"record", []string{"Reads messages as a stream of JSON values", "the line\nit starts on", "--file", "--json", "Ctrl-C"}},
+		{"record", []string{"Reads messages from FILE", "as a stream of JSON values", "the line\nit starts on", "--file", "--json", "Ctrl-C"}},
 	} {
 		for _, flag := range []string{"--help", "-h"} {
 			r := outboxd(t, invocation{env: map[string]string{"STRIPE_API_KEY": secretStripeKey}, args: []string{tc.command, flag}})
@@ -325,7 +325,9 @@ func TestRecordAndMigrateRefuseBadFlags(t *testing.T) {
 		{[]string{"migrate", "--log-format", "xml"}, "--log-format"},
 		{[]string{"migrate", "--down-to", "x"}, "-down-to"},
 		{[]string{"record", "--file", filepath.Join(t.TempDir(), "missing.jsonl")}, "--file"},
-		{[]string{"record", "extra"}, `unexpected argument "extra"`},
+		{[]string{"record", "extra"}, `FILE: open extra: no such file`},
+		{[]string{"record", "a.json", "b.json"}, `unexpected argument "b.json": this command takes one FILE at most`},
+		{[]string{"record", "a.json", "--file", "b.json"}, "give the input as FILE or as --file, not both"},
 		{[]string{"record", "--providers", "fax"}, "fax"},
 		{[]string{"record", "--stripe-api-base", "::nope"}, "--stripe-api-base"},
 	} {

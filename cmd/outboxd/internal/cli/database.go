@@ -44,7 +44,7 @@ func registerDatabaseFlag(fs *flag.FlagSet, env Env, target *databaseURL) {
 	if target.url == "" {
 		*target = databaseURL{url: DefaultDatabaseURL, source: "the default database URL"}
 	}
-	fs.Var(target, "database-url", "PostgreSQL URL (env DATABASE_URL)")
+	fs.Var(target, "database-url", "PostgreSQL `URL` (env DATABASE_URL)")
 }
 
 // config parses the URL; an invalid one is a usage error naming where it

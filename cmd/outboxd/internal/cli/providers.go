@@ -78,6 +78,24 @@ func (w *webhookEndpoints) Set(v string) error {
 	return nil
 }
 
+// registerForRecording registers the provider flags that change what
+// recording accepts: which kinds, the webhook endpoints a payload may
+// name, and where the nats provider connects. The others (base URLs,
+// reconciliation, key windows, timeouts) only matter to a dispatcher.
+func (p *providerFlags) registerForRecording(fs *flag.FlagSet, env Env) {
+	fs.StringVar(&p.enabled, "providers", "stripe,sendgrid", "comma-separated providers whose intent kinds are accepted (each payload is validated by its provider; nothing is called): "+knownProviders)
+	fs.StringVar(&p.natsURL, "nats-url", envOr(env, "NATS_URL", DefaultNATSURL), "NATS server the nats provider connects to, with --providers nats (env NATS_URL)")
+	fs.Var(&p.webhooks, "webhook", "a webhook endpoint NAME=URL (repeatable) that webhook.post payloads may name, with --providers webhook; its URL is not called when recording")
+	p.webhookTimeout = webhookprovider.DefaultTimeout
+}
+
+func envOr(env Env, name, def string) string {
+	if v := env.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 func (p *providerFlags) register(fs *flag.FlagSet, env Env) {
 	fs.StringVar(&p.enabled, "providers", "stripe,sendgrid", "comma-separated providers whose intent kinds are accepted and performed: "+knownProviders)
 	stripeBase := env.Getenv("STRIPE_API_BASE")

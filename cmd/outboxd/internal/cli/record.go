@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,14 +33,18 @@ type recordSummary struct {
 }
 
 func runRecord(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("record", "record [flags]", `
-Reads messages as a stream of JSON values (one per line, or pretty-printed
-over several lines, one after another) and records each exactly as
+	fs := newFlagSet("record", "record [flags] [FILE]", `
+Reads messages from FILE, or from standard input when FILE is - or not
+given, as a stream of JSON values (one per line, or pretty-printed over
+several lines, one after another) and records each exactly as
 intents.Consume would: the processed marker and the message's intents
 commit together, a message already recorded for its consumer is absorbed
 as a duplicate, and a bad value is reported with its number and the line
 it starts on, and nothing of it is written. The door for scripts,
 backfills and producers not written in Go.
+
+  outboxd record messages.json
+  jq -c '.[]' orders.json | outboxd record
 
 Each value:
   {"message_id": "order-42", "consumer": "billing",
@@ -57,7 +62,8 @@ stream performed one intent at a time ("ordering_key"):
 A pretty-printed value must start its lines after the first indented, as
 jq and every JSON printer do: a line starting with '{' begins a new value.
 The database must be migrated (outboxd migrate); it is checked before any
-input is read.
+input is read. Recording only validates each payload with its provider:
+no provider is called and no API key is needed.
 
 Exits 1 if any value was bad (the good ones are recorded). Interrupted
 (Ctrl-C, SIGTERM), it stops after the value in hand and prints what was
@@ -65,14 +71,22 @@ recorded so far; feeding the same input again is safe: what was recorded
 is absorbed as duplicates.`, env)
 	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
-	file := fs.String("file", "-", "input file of JSON values; - reads stdin")
+	file := fs.String("file", "-", "input file of JSON values, as FILE; - reads stdin")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
 	var pf providerFlags
-	pf.register(fs, env)
-	if err := parse(fs, args, env); err != nil {
+	pf.registerForRecording(fs, env)
+	operand, err := parseWithOperand(fs, args, env, "FILE")
+	if err != nil {
 		return err
 	}
-	in, closeInput, err := openInput(*file, env)
+	givenAs := "--file"
+	if operand != "" {
+		if flagGiven(fs, "file") {
+			return usageErrorf("give the input as FILE or as --file, not both")
+		}
+		*file, givenAs = operand, "FILE"
+	}
+	in, closeInput, err := openInput(*file, givenAs, env)
 	if err != nil {
 		return err
 	}
@@ -94,6 +108,10 @@ is absorbed as duplicates.`, env)
 		return err
 	}
 
+	if *file == "-" && isTerminal(env.Stdin) {
+		// Nothing typed yet looks like a hang: say what is awaited.
+		fmt.Fprintln(env.Stderr, "Reading messages from the terminal: type or paste JSON values, then Ctrl-D to end (or give a FILE: outboxd record messages.json).")
+	}
 	summary, err := recordValues(ctx, ingest.New(client, nil).WithUnknownKindHint(pf.unknownKindHint), in, env.Stderr)
 	if err := printRecordSummary(env.Stdout, summary, *asJSON); err != nil {
 		return err
@@ -107,16 +125,25 @@ is absorbed as duplicates.`, env)
 	return nil
 }
 
-// openInput opens --file, or stdin for "-".
-func openInput(file string, env Env) (in io.Reader, closeInput func(), err error) {
+// openInput opens the input file, or stdin for "-"; an error names how
+// the file was given (FILE or --file).
+func openInput(file, givenAs string, env Env) (in io.Reader, closeInput func(), err error) {
 	if file == "-" {
 		return env.Stdin, func() {}, nil
 	}
 	f, err := os.Open(file)
 	if err != nil {
-		return nil, nil, usageErrorf("--file: %v", err)
+		return nil, nil, usageErrorf("%s: %v", givenAs, err)
 	}
 	return f, func() { f.Close() }, nil
+}
+
+// flagGiven reports whether the flag named name was set, on the command
+// line or through its OUTBOXD_ variable.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 func printRecordSummary(w io.Writer, summary recordSummary, asJSON bool) error {

@@ -221,6 +221,19 @@ func TestRecordJSONSummaryAndFile(t *testing.T) {
 		t.Errorf("markers = %v", got.markers)
 	}
 
+	// So does FILE, before or after the flags, and - is stdin.
+	for i, args := range [][]string{{"record", path, "--json"}, {"record", "--json", path}, {"record", "--json", "-"}} {
+		stdin := "this stdin must not be read\n"
+		if args[len(args)-1] == "-" {
+			stdin = content
+		}
+		r = outboxd(t, invocation{env: env, stdin: stdin, args: args})
+		summary = nil
+		if err := json.Unmarshal([]byte(r.stdout), &summary); r.code != 0 || err != nil || summary["values"] != 2 || summary["duplicates_absorbed"] != 2 {
+			t.Errorf("outboxd %q (run %d): %s; want both values absorbed as duplicates", args, i, r)
+		}
+	}
+
 	r = outboxd(t, invocation{env: env, args: []string{"record", "--file", filepath.Join(t.TempDir(), "missing.jsonl")}})
 	if r.code != 2 {
 		t.Errorf("record --file with a missing file: %s; want exit 2", r)
@@ -368,5 +381,19 @@ func TestRecordSaysHowToEnableTheProviderOfAnUnknownKind(t *testing.T) {
 	r := outboxd(t, invocation{env: env, stdin: line("m-fax", "billing", intent("fax.send", "", `{}`)), args: []string{"record"}})
 	if strings.Contains(r.stderr, "did you mean") || strings.Contains(r.stderr, "--providers") {
 		t.Errorf("a kind no provider knows got a hint: %s", r)
+	}
+}
+
+// TestRecordsHelpListsOnlyTheFlagsThatChangeWhatItDoes: recording calls no
+// provider, so the flags that only configure calls (base URLs,
+// reconciliation, key windows, timeouts) are not offered, and FILE is.
+func TestRecordsHelpListsOnlyTheFlagsThatChangeWhatItDoes(t *testing.T) {
+	t.Parallel()
+	r := outboxd(t, invocation{args: []string{"record", "--help"}})
+	wantContains(t, "record --help", r.stdout, "Usage: outboxd record [flags] [FILE]", "--providers", "--webhook value", "--nats-url", "--database-url", "--json", "no API key is needed")
+	for _, flag := range []string{"--stripe-api-base", "--sendgrid-api-base", "--sendgrid-reconcile", "--nats-stream", "--nats-key-window", "--webhook-idempotency-header", "--webhook-key-window", "--webhook-timeout"} {
+		if strings.Contains(r.stdout, flag) {
+			t.Errorf("record --help lists %s, which does nothing when recording:\n%s", flag, r.stdout)
+		}
 	}
 }

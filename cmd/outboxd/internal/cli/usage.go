@@ -52,7 +52,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		switch def {
 		case "", "0", "false", "0s", "[]":
 		default:
-			if typ == "string" {
+			if typ == "string" || typ == "URL" {
 				text += fmt.Sprintf(" (default %q)", def)
 			} else {
 				text += fmt.Sprintf(" (default %s)", def)

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/bench"
@@ -32,7 +30,7 @@ func runBench(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
 	stopProfile, err := startCPUProfile(f.cpuProfile)
 	if err != nil {

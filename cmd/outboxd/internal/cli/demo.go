@@ -60,6 +60,10 @@ honest outcome of an ambiguous email send: SendGrid cannot be asked.`, env)
 	if err != nil {
 		return err
 	}
+	// Ctrl-C stops the run and still drops the scratch database; a
+	// second one exits at once and leaves it behind.
+	ctx, stop := stopOnSignal(ctx, env)
+	defer stop()
 	report, err := demo.Run(ctx, demo.Config{
 		ServerURL: dbURL.url, Orders: *orders, Consumers: *consumers, Seed: *seed,
 		Faults: !*noFaults, KeepDatabase: *keep, Timeout: *timeout,

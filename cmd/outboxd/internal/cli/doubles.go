@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
@@ -53,8 +51,8 @@ acting, 500 after acting, 500 before acting, 429, and a one-second delay.
 --seed makes the faults repeatable.
 
 Prints the environment to export so that 'outboxd run' uses the doubles, then
-serves until SIGINT or SIGTERM. Everything lives in memory and is lost at
-exit.`, env)
+serves until SIGINT or SIGTERM (Ctrl-C), and prints what the doubles
+performed. Everything lives in memory and is lost at exit.`, env)
 	stripeAddr := fs.String("stripe-addr", defaultStripeDoubleAddr, "address the Stripe double listens on (host:port; port 0 picks a free one)")
 	sendgridAddr := fs.String("sendgrid-addr", defaultSendGridDoubleAddr, "address the SendGrid double listens on (host:port; port 0 picks a free one)")
 	faultRate := fs.Float64("fault-rate", 0, "share of effect-causing requests that get a fault, from 0 to 1, spread evenly over the fault kinds")
@@ -75,7 +73,7 @@ exit.`, env)
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
 	sb, err := sandbox.Start(&sandbox.Config{StripeAddr: *stripeAddr, SendGridAddr: *sendgridAddr, StripeFaults: stripeFaults, SendGridFaults: sendgridFaults})
 	var de *sandbox.DoubleError

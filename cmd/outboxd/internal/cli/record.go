@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/termtext"
@@ -67,8 +65,8 @@ no provider is called and no API key is needed.
 
 Exits 1 if any value was bad (the good ones are recorded). Interrupted
 (Ctrl-C, SIGTERM), it stops after the value in hand and prints what was
-recorded so far; feeding the same input again is safe: what was recorded
-is absorbed as duplicates.`, env)
+recorded so far (a second Ctrl-C exits at once); feeding the same input
+again is safe: what was recorded is absorbed as duplicates.`, env)
 	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
 	file := fs.String("file", "-", "input file of JSON values, as FILE; - reads stdin")
@@ -96,7 +94,7 @@ is absorbed as duplicates.`, env)
 		return err
 	}
 	defer pf.close()
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
 	pool, err := openMigratedPool(ctx, dbURL, 4)
 	if err != nil {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -61,7 +59,7 @@ func runDispatcher(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
 	pool, err := openPoolWaiting(ctx, f.dbURL, int32(f.workers+10), logger)
 	if err != nil {
@@ -141,12 +139,14 @@ Credentials come from the environment, never from flags:
 
 The admin server (--admin-addr, default 127.0.0.1:8080) serves the
 dashboard, the JSON API under /api/v1/, /healthz, /readyz, /metrics and
-River's UI under /riverui/. If the default address is taken (another
-'outboxd run' on this host), run goes on without it and logs a warning.
+River's UI under /riverui/. The address must be free: if it is taken
+(another 'outboxd run' on this host, whose dashboard would be read for
+this one's), run stops before dispatching anything; set --admin-addr to
+another address, or to empty to run without the admin server.
 
 Stops gracefully on SIGINT or SIGTERM: no new attempts start, attempts in
 flight record their outcome, for at most --shutdown-grace; spans not yet
-exported are then flushed.
+exported are then flushed. A second SIGINT or SIGTERM exits at once.
 `+tracingHelp, env)
 	registerDatabaseFlag(fs, env, &f.dbURL)
 	f.providers.register(fs, env)

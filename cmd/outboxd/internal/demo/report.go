@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -49,7 +50,7 @@ func waitDone(ctx context.Context, pool *pgxpool.Pool, b *broker, progress io.Wr
 		var total, open, succeeded, inDoubt, failed, waiting int
 		if err := pool.QueryRow(ctx, stateCountsSQL).Scan(&total, &open, &succeeded, &inDoubt, &failed, &waiting); err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("demo: timed out: %w", ctx.Err())
+				return fmt.Errorf("demo: %s: %w", stoppedBy(ctx), ctx.Err())
 			}
 			return err
 		}
@@ -61,10 +62,18 @@ func waitDone(ctx context.Context, pool *pgxpool.Pool, b *broker, progress io.Wr
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("demo: timed out with %d intents still open and broker done=%v: %w", open, done, ctx.Err())
+			return fmt.Errorf("demo: %s with %d intents still open and broker done=%v: %w", stoppedBy(ctx), open, done, ctx.Err())
 		case <-ticker.C:
 		}
 	}
+}
+
+// stoppedBy says why ctx ended: the run's --timeout, or an interrupt.
+func stoppedBy(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return "timed out"
+	}
+	return "stopped"
 }
 
 type intentOutcome struct {

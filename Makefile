@@ -75,6 +75,10 @@ $(TOOLS)/stripe-mock:
 build: ## build bin/outboxd, its version from git describe (outboxd version)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/outboxd ./cmd/outboxd
 
+.PHONY: docker
+docker: ## build the outboxd image (outboxd:local), its version from git describe as make build's
+	docker build --build-arg VERSION=$(VERSION) -t outboxd:local .
+
 .PHONY: migrate
 migrate: db-check ## migrate the database at DATABASE_URL
 	$(GO) run ./cmd/outboxd migrate

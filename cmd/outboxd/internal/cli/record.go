@@ -15,10 +15,6 @@ import (
 	"github.com/outboxkit/outbox/intents"
 )
 
-// maxRecordValue bounds one input line and one JSON value; an intent's
-// payload is bounded far lower by intents.DefaultMaxPayloadBytes.
-const maxRecordValue = 4 << 20
-
 // recordSummary is what `outboxd record` reports.
 type recordSummary struct {
 	Values      int  `json:"values"`
@@ -71,10 +67,15 @@ again is safe: what was recorded is absorbed as duplicates.`, env)
 	registerDatabaseFlag(fs, env, &dbURL)
 	file := fs.String("file", "-", "input file of JSON values, as FILE; - reads stdin")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
+	var maxPayload int
+	registerPayloadFlag(fs, &maxPayload)
 	var pf providerFlags
 	pf.registerForRecording(fs, env)
 	operand, err := parseWithOperand(fs, args, env, "FILE")
 	if err != nil {
+		return err
+	}
+	if err := checkPayloadFlag(maxPayload); err != nil {
 		return err
 	}
 	givenAs := "--file"
@@ -101,7 +102,7 @@ again is safe: what was recorded is absorbed as duplicates.`, env)
 		return err
 	}
 	defer pool.Close()
-	client, err := intents.NewClient(pool, &intents.Config{Providers: registry})
+	client, err := intents.NewClient(pool, &intents.Config{Providers: registry, MaxPayloadBytes: maxPayload})
 	if err != nil {
 		return err
 	}
@@ -110,7 +111,8 @@ again is safe: what was recorded is absorbed as duplicates.`, env)
 		// Nothing typed yet looks like a hang: say what is awaited.
 		fmt.Fprintln(env.Stderr, "Reading messages from the terminal: type or paste JSON values, then Ctrl-D to end (or give a FILE: outboxd record messages.json).")
 	}
-	summary, err := recordValues(ctx, ingest.New(client, nil).WithUnknownKindHint(pf.unknownKindHint), in, env.Stderr)
+	recorder := ingest.New(client, nil).WithUnknownKindHint(pf.unknownKindHint)
+	summary, err := recordValues(ctx, recorder, in, ingest.MaxMessageBytes(maxPayload), env.Stderr)
 	if err := printRecordSummary(env.Stdout, summary, *asJSON); err != nil {
 		return err
 	}
@@ -155,10 +157,11 @@ func printRecordSummary(w io.Writer, summary recordSummary, asJSON bool) error {
 }
 
 // recordValues records every value read from in and reports each bad one
-// on progress. It stops at the first error that is not about a value (the
-// database, the input), and when ctx is cancelled, returning the summary so
+// on progress. A value may take maxValue bytes. It stops at the first
+// error that is not about a value (the database, the input, a value too
+// long to cut out), and when ctx is cancelled, returning the summary so
 // far with the error.
-func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, progress io.Writer) (recordSummary, error) {
+func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, maxValue int, progress io.Writer) (recordSummary, error) {
 	var s recordSummary
 	// The input is read in its own goroutine so that an interrupt is
 	// noticed while a read from a terminal or a pipe blocks.
@@ -167,7 +170,7 @@ func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, 
 	defer stopReading()
 	go func() {
 		defer close(values)
-		scanJSONValues(in, func(v jsonValue) bool {
+		scanJSONValues(in, maxValue, func(v jsonValue) bool {
 			select {
 			case values <- v:
 				return true
@@ -246,10 +249,10 @@ type jsonValue struct {
 // still open starts a new value (the open one is reported incomplete), and
 // anything at the top level that is not an object or an array runs to the
 // end of its line.
-func scanJSONValues(in io.Reader, emit func(jsonValue) bool) {
+func scanJSONValues(in io.Reader, maxValue int, emit func(jsonValue) bool) {
 	scanner := bufio.NewScanner(in)
-	scanner.Buffer(make([]byte, 64<<10), maxRecordValue)
-	c := &valueCutter{emit: emit}
+	scanner.Buffer(make([]byte, min(64<<10, maxValue)), maxValue)
+	c := &valueCutter{emit: emit, max: maxValue}
 	for scanner.Scan() {
 		if !c.cutLine(scanner.Bytes()) {
 			return
@@ -262,6 +265,7 @@ func scanJSONValues(in io.Reader, emit func(jsonValue) bool) {
 // the value still open, and where the scan is in it.
 type valueCutter struct {
 	emit     func(jsonValue) bool
+	max      int // bytes a value may take
 	lineNo   int
 	buf      []byte // the open value so far
 	start    int    // the line it starts on
@@ -279,7 +283,7 @@ func (c *valueCutter) reset() { c.buf, c.depth, c.inString, c.escaped = nil, 0, 
 
 // cutLine reads the next line, emitting every value that ends on it. It
 // returns false once the scan must stop: emit said so, or the open value
-// grew longer than maxRecordValue.
+// grew longer than c.max.
 func (c *valueCutter) cutLine(line []byte) bool {
 	c.lineNo++
 	if c.depth > 0 && len(line) > 0 && line[0] == '{' {
@@ -303,8 +307,8 @@ func (c *valueCutter) cutLine(line []byte) bool {
 	}
 	if c.depth > 0 {
 		c.buf = append(c.buf, '\n')
-		if len(c.buf) > maxRecordValue {
-			c.send(jsonValue{fatal: fmt.Errorf("the value starting at line %d: longer than %d bytes", c.start, maxRecordValue)})
+		if len(c.buf) > c.max {
+			c.send(jsonValue{fatal: fmt.Errorf("the value starting at line %d: longer than %d bytes, %s", c.start, c.max, messageLimit)})
 			return false
 		}
 	}
@@ -359,7 +363,7 @@ func (c *valueCutter) inside(b byte) bool {
 func (c *valueCutter) end(err error) {
 	if err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("line %d: longer than %d bytes", c.lineNo+1, maxRecordValue)
+			err = fmt.Errorf("line %d: longer than %d bytes, %s", c.lineNo+1, c.max, messageLimit)
 		} else {
 			err = fmt.Errorf("read input: %w", err)
 		}
@@ -370,6 +374,9 @@ func (c *valueCutter) end(err error) {
 		c.send(jsonValue{line: c.start, bad: errors.New("incomplete JSON value: the input ended before it did")})
 	}
 }
+
+// messageLimit says where a value's limit comes from.
+var messageLimit = fmt.Sprintf("the most a message may take (%d times --max-payload-bytes)", ingest.MessageBytesPerPayload)
 
 // plural is "1 value", "2 values".
 func plural(n int, noun string) string {

@@ -16,6 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/adminhttp"
+	"github.com/outboxkit/outbox/cmd/outboxd/internal/ingest"
+	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
@@ -394,6 +397,50 @@ func TestRecordsHelpListsOnlyTheFlagsThatChangeWhatItDoes(t *testing.T) {
 	for _, flag := range []string{"--stripe-api-base", "--sendgrid-api-base", "--sendgrid-reconcile", "--nats-stream", "--nats-key-window", "--webhook-idempotency-header", "--webhook-key-window", "--webhook-timeout"} {
 		if strings.Contains(r.stdout, flag) {
 			t.Errorf("record --help lists %s, which does nothing when recording:\n%s", flag, r.stdout)
+		}
+	}
+}
+
+// TestThePayloadLimitIsOneSettingTheMessageLimitsFollow: --max-payload-bytes
+// (or OUTBOXD_MAX_PAYLOAD_BYTES) is the one limit: it bounds each payload,
+// and a record value may take ingest.MessageBytesPerPayload times it; the
+// default is the admin API's body limit the same way.
+func TestThePayloadLimitIsOneSettingTheMessageLimitsFollow(t *testing.T) {
+	t.Parallel()
+	if got := ingest.MaxMessageBytes(intents.DefaultMaxPayloadBytes); got != adminhttp.MaxBodyBytes {
+		t.Errorf("the default payload limit makes messages of %d bytes; the admin API takes %d", got, adminhttp.MaxBodyBytes)
+	}
+	_, dbURL := pgtest.NewDB(t)
+	env := map[string]string{"DATABASE_URL": dbURL}
+	email := func(id string, textBytes int) string {
+		return line(id, "billing", intent("sendgrid.email", "", fmt.Sprintf(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": %q}`, strings.Repeat("x", textBytes))))
+	}
+
+	r := outboxd(t, invocation{env: env, stdin: email("big-1", 100<<10), args: []string{"record"}})
+	if r.code != 1 {
+		t.Errorf("record of a 100 KiB payload with the default limit: %s; want exit 1", r)
+	}
+	wantContains(t, "stderr", r.stderr, "payload too large", "the limit is 65536 (outboxd's --max-payload-bytes)")
+	for _, in := range []invocation{
+		{env: env, stdin: email("big-2", 100<<10), args: []string{"record", "--max-payload-bytes", "200000"}},
+		{env: vars(env, "OUTBOXD_MAX_PAYLOAD_BYTES", "200000"), stdin: email("big-3", 100<<10), args: []string{"record"}},
+	} {
+		if r := outboxd(t, in); r.code != 0 || !strings.Contains(r.stdout, "1 message recorded") {
+			t.Errorf("record of a 100 KiB payload with %v %v: %s; want it recorded", in.args, in.env, r)
+		}
+	}
+
+	// A value may take 16 times the payload limit: with 1000, 16000 bytes.
+	r = outboxd(t, invocation{env: env, stdin: email("long", 20000) + "\n", args: []string{"record", "--max-payload-bytes", "1000"}})
+	if r.code != 1 {
+		t.Errorf("record of a 20000-byte value with a 1000-byte payload limit: %s; want exit 1", r)
+	}
+	wantContains(t, "stderr", r.stderr, "line 1: longer than 16000 bytes, the most a message may take (16 times --max-payload-bytes)")
+
+	for _, bad := range []string{"0", "-1", "67108865", "lots"} {
+		r := outboxd(t, invocation{env: env, args: []string{"record", "--max-payload-bytes", bad}})
+		if r.code != 2 || !strings.Contains(r.stderr, "--max-payload-bytes") {
+			t.Errorf("record --max-payload-bytes %s: %s; want exit 2 naming the flag", bad, r)
 		}
 	}
 }

@@ -81,6 +81,7 @@ func runDispatcher(ctx context.Context, args []string, env Env) error {
 	admin, err := startAdmin(ctx, adminParams{
 		addr: f.adminAddr, token: adminToken, tlsTerminated: f.adminTLSTerminated,
 		pool: pool, registry: registry, metrics: outboxMetrics, kindHint: f.providers.unknownKindHint,
+		maxPayloadBytes: f.maxPayloadBytes,
 		// /metrics serves the outbox's metrics, the database gauges, Go
 		// and process.
 		gatherer: outboxMetrics.Registry(), logger: logger,
@@ -113,6 +114,7 @@ type runFlags struct {
 	grace              time.Duration
 	dedupWindow        time.Duration
 	auditRetention     time.Duration
+	maxPayloadBytes    int
 	adminAddr          string
 	adminTLSTerminated bool
 	logs               logFlags
@@ -169,6 +171,7 @@ exported are then flushed. A second SIGINT or SIGTERM exits at once.
 	fs.DurationVar(&f.auditRetention, "audit-retention", dispatcher.DefaultAuditRetention, "how long succeeded, failed and cancelled intents are kept after they finish, with their attempts and events (in_doubt and unfinished ones are kept until they finish)")
 	fs.StringVar(&f.adminAddr, "admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminhttp.TokenEnv)
 	fs.BoolVar(&f.adminTLSTerminated, "admin-tls-terminated", false, "browsers reach the admin server over HTTPS through a proxy that terminates TLS: mark its session cookie Secure (it always is on a TLS request)")
+	registerPayloadFlag(fs, &f.maxPayloadBytes)
 	f.logs.register(fs)
 	return fs, f
 }
@@ -192,7 +195,7 @@ func (f *runFlags) validate() error {
 	if f.maxAttempts < 1 || f.maxAttempts > 90 {
 		return usageErrorf("--max-attempts must be between 1 and 90, got %d", f.maxAttempts)
 	}
-	return nil
+	return checkPayloadFlag(f.maxPayloadBytes)
 }
 
 // dispatcherConfig is the dispatcher's configuration from the flags,
@@ -316,8 +319,10 @@ type adminParams struct {
 	// kindHint ends the API's error about a kind no enabled provider
 	// performs (providerFlags.unknownKindHint).
 	kindHint func(kind string) string
-	gatherer prometheus.Gatherer
-	logger   *slog.Logger
+	// maxPayloadBytes bounds the payloads the API records.
+	maxPayloadBytes int
+	gatherer        prometheus.Gatherer
+	logger          *slog.Logger
 	// tracerProvider traces the ingest API's recording; nil when off.
 	tracerProvider trace.TracerProvider
 
@@ -343,9 +348,15 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 		p.logger.InfoContext(ctx, "admin server disabled (--admin-addr is empty)")
 		return nil, nil
 	}
-	client, err := intents.NewClient(p.pool, &intents.Config{Providers: p.registry, Logger: p.logger, TracerProvider: p.tracerProvider})
+	client, err := intents.NewClient(p.pool, &intents.Config{Providers: p.registry, MaxPayloadBytes: p.maxPayloadBytes, Logger: p.logger, TracerProvider: p.tracerProvider})
 	if err != nil {
 		return nil, err
+	}
+	if m := ingest.MaxMessageBytes(p.maxPayloadBytes); m > adminhttp.MaxBodyBytes {
+		// The admin server does not take its body limit from the payload
+		// limit yet: say what the API refuses.
+		p.logger.WarnContext(ctx, "the admin API refuses request bodies over its limit: messages larger than it must be recorded with outboxd record or from Go",
+			"api_body_limit", adminhttp.MaxBodyBytes, "message_limit", m)
 	}
 	store, err := audit.New(p.pool, p.registry)
 	if err != nil {

@@ -60,7 +60,7 @@ var adminListening = regexp.MustCompile(`admin server listening.*addr=(127\.0\.0
 // metrics and the API next to the dispatcher, and stops with it.
 func TestRunServesTheAdminServer(t *testing.T) {
 	t.Parallel()
-	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", "127.0.0.1:0", "--admin-tls-terminated")...)
+	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", "127.0.0.1:0", "--admin-tls-terminated", "--max-payload-bytes", "200000")...)
 	var base string
 	deadline := time.Now().Add(30 * time.Second)
 	for base == "" {
@@ -103,9 +103,11 @@ func TestRunServesTheAdminServer(t *testing.T) {
 		}
 	}
 
-	// A message posted to the API is recorded and performed.
+	// A message posted to the API is recorded and performed, with a
+	// payload past the default limit that --max-payload-bytes allows.
+	bigEmail := fmt.Sprintf(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": %q}`, strings.Repeat("x", 100<<10))
 	resp, err := http.Post(base+"/api/v1/messages", "application/json",
-		strings.NewReader(line("order-77", "billing", intent("sendgrid.email", "", emailPayload))))
+		strings.NewReader(line("order-77", "billing", intent("sendgrid.email", "", bigEmail))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,6 +196,7 @@ var configFlags = map[string]string{
 	"FetchLoops":           "--fetch-loops",
 	"DedupWindow":          "--dedup-window",
 	"AuditRetention":       "--audit-retention",
+	"MaxPayloadBytes":      "--max-payload-bytes",
 }
 
 var configField = func() *regexp.Regexp {

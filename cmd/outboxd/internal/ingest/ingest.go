@@ -54,6 +54,17 @@ type Intent struct {
 	OrderingKey string          `json:"ordering_key,omitempty"`
 }
 
+// MessageBytesPerPayload bounds a message as JSON by the payload limit: a
+// message (its envelope and every intent) may take this many times
+// intents.Config.MaxPayloadBytes, 1 MiB with the default 64 KiB. The one
+// limit a user sets is the payload's; the doors derive theirs from it.
+const MessageBytesPerPayload = 16
+
+// MaxMessageBytes is the most one message may take as JSON (an 'outboxd
+// record' value, the body of a POST /api/v1/messages) when intents'
+// payloads are bounded by maxPayloadBytes.
+func MaxMessageBytes(maxPayloadBytes int) int { return MessageBytesPerPayload * maxPayloadBytes }
+
 // ErrInvalidInput is wrapped by every *InputError.
 var ErrInvalidInput = errors.New("invalid message")
 
@@ -243,6 +254,7 @@ func (r *Recorder) classify(msg Message, err error) error {
 			}
 		case errors.Is(err, intents.ErrPayloadTooLarge):
 			field += ".payload"
+			return &InputError{Field: field, Err: fmt.Errorf("message %q: %w (outboxd's --max-payload-bytes)", msg.MessageID, err)}
 		}
 		return &InputError{Field: field, Err: fmt.Errorf("message %q: %w", msg.MessageID, err)}
 	case errors.Is(err, intents.ErrInvalidMessage):

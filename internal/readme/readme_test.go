@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -170,5 +171,23 @@ func TestMakeTargetsExist(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestMakeDemoSaysItIsBuilding: make demo builds bin/outboxd first, saying
+// so before the compiler's silent minute, and then runs it (go run printed
+// nothing while it compiled).
+func TestMakeDemoSaysItIsBuilding(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("make", "-n", "demo")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Skipf("make -n demo: %v\n%s", err, out)
+	}
+	plan := string(out)
+	say, build, run := strings.Index(plan, "echo \"building bin/outboxd"), strings.Index(plan, " build "), strings.Index(plan, "bin/outboxd demo")
+	if say < 0 || build < say || run < build || strings.Contains(plan, "go run") {
+		t.Errorf("make demo should say it is building bin/outboxd, build it, then run bin/outboxd demo; it runs:\n%s", plan)
 	}
 }

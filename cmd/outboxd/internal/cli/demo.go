@@ -191,5 +191,5 @@ intents as an operator would, then drop it:
 `, r.Database, redactURL(dbURL), redactURL(serverURL), r.Database)
 		return
 	}
-	fmt.Fprintf(w, "\nThe scratch database %s was dropped. Run with --keep-database to keep it and\nlook at the in_doubt intents as an operator would (outboxd intents list --state in_doubt).\n", r.Database)
+	fmt.Fprintf(w, "\nThe scratch database %s was dropped.\nRun with --keep-database to keep it and look at the in_doubt intents as an\noperator would (outboxd intents list --state in_doubt).\n", r.Database)
 }

@@ -41,5 +41,5 @@ func TestDemoExplainsWhatItShows(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("demo: %s", r)
 	}
-	wantContains(t, "demo's report", r.stdout, "was dropped. Run with --keep-database to keep it")
+	wantContains(t, "demo's report", r.stdout, "was dropped.\nRun with --keep-database to keep it")
 }

@@ -52,8 +52,10 @@ func Example() {
 // the same payload as the one written as JSON or as a map, stored and sent
 // to Stripe alike, and validated the same.
 func ExamplePaymentIntentPayload() {
+	// readme:payment-payload begin
 	typed := stripeprovider.PaymentIntentPayload{Amount: new(int64(500)), Currency: new("usd"),
 		Customer: "cus_42", PaymentMethod: "pm_card_visa", Confirm: new(true)}
+	// readme:payment-payload end
 	asJSON := `{"amount": 500, "currency": "usd", "customer": "cus_42", "payment_method": "pm_card_visa", "confirm": true}`
 
 	raw, err := json.Marshal(typed)

@@ -191,3 +191,37 @@ func TestMakeDemoSaysItIsBuilding(t *testing.T) {
 		t.Errorf("make demo should say it is building bin/outboxd, build it, then run bin/outboxd demo; it runs:\n%s", plan)
 	}
 }
+
+// TestInstallPinsWhatTheREADMEDocuments: the README documents the code
+// beside it, so its install lines pin that: main while CHANGELOG.md lists
+// unreleased changes (the latest release lacks them), the latest release
+// once it holds everything.
+func TestInstallPinsWhatTheREADMEDocuments(t *testing.T) {
+	t.Parallel()
+	changelog, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	releases := regexp.MustCompile(`(?m)^## \[([^\]]+)\]`).FindAllStringSubmatchIndex(string(changelog), -1)
+	if len(releases) < 2 || string(changelog[releases[0][2]:releases[0][3]]) != "Unreleased" {
+		t.Fatal("CHANGELOG.md does not start with [Unreleased] and a release")
+	}
+	unreleased := string(changelog[releases[0][1]:releases[1][0]])
+	want := "v" + string(changelog[releases[1][2]:releases[1][3]])
+	if regexp.MustCompile(`(?m)^- `).MatchString(unreleased) {
+		want = "main"
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := regexp.MustCompile(`go (?:get|install) github\.com/outboxkit/outbox(?:/cmd/outboxd)?@(\S+)`).FindAllStringSubmatch(string(readme), -1)
+	if len(pins) < 2 {
+		t.Fatalf("the README has %d install lines (go get, go install), want both", len(pins))
+	}
+	for _, p := range pins {
+		if p[1] != want {
+			t.Errorf("the README installs %q; it documents %s, so it must pin @%s", p[0], map[bool]string{true: "unreleased changes (CHANGELOG.md)", false: "the latest release"}[want == "main"], want)
+		}
+	}
+}

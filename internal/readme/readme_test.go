@@ -225,3 +225,18 @@ func TestInstallPinsWhatTheREADMEDocuments(t *testing.T) {
 		}
 	}
 }
+
+// TestMakeHelpPrintsNoVariableLiterally: make's list of targets says what
+// each does in words a reader can use, never a $(VARIABLE) of the Makefile.
+func TestMakeHelpPrintsNoVariableLiterally(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("make", "--no-print-directory", "help")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Skipf("make help: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "$(") || !strings.Contains(string(out), "make demo") {
+		t.Errorf("make help:\n%s", out)
+	}
+}

@@ -8,10 +8,11 @@ import (
 	"github.com/outboxkit/outbox/intents"
 )
 
-// maxPayloadLimit is the most --max-payload-bytes may be: above what any
-// provider takes in one request (SendGrid's 30 MB), and a bound on what one
-// message makes a process hold (ingest.MessageBytesPerPayload times it).
-const maxPayloadLimit = 64 << 20
+// maxPayloadLimit is the most --max-payload-bytes may be: room for the
+// largest request a provider takes (SendGrid's 30 MB), and a bound on what
+// one message makes a process hold (ingest.MessageBytesPerPayload times
+// it, 512 MiB).
+const maxPayloadLimit = 32 << 20
 
 // registerPayloadFlag registers --max-payload-bytes: the one payload limit
 // (intents.Config.MaxPayloadBytes), from which the doors' message limits

@@ -437,7 +437,7 @@ func TestThePayloadLimitIsOneSettingTheMessageLimitsFollow(t *testing.T) {
 	}
 	wantContains(t, "stderr", r.stderr, "line 1: longer than 16000 bytes, the most a message may take (16 times --max-payload-bytes)")
 
-	for _, bad := range []string{"0", "-1", "67108865", "lots"} {
+	for _, bad := range []string{"0", "-1", "33554433", "lots"} {
 		r := outboxd(t, invocation{env: env, args: []string{"record", "--max-payload-bytes", bad}})
 		if r.code != 2 || !strings.Contains(r.stderr, "--max-payload-bytes") {
 			t.Errorf("record --max-payload-bytes %s: %s; want exit 2 naming the flag", bad, r)

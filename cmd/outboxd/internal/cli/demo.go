@@ -17,8 +17,8 @@ import (
 	"github.com/outboxkit/outbox/internal/testkit/pgadmin"
 )
 
-func runDemo(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("demo", "demo [flags]", `
+// demoHelp is what 'outboxd demo --help' says the command does.
+const demoHelp = `
 Runs the whole pipeline end to end, in a fresh database of its own on the
 server at --database-url (dropped afterwards unless --keep-database):
 
@@ -43,7 +43,10 @@ Intents held in_doubt are the honest outcome of an email whose answer was
 lost after SendGrid may have sent it: SendGrid keeps no idempotency key and
 cannot be asked here, so the outbox holds it for an operator rather than
 send it twice. With --keep-database the scratch database stays, so you can
-look at them as an operator would (the report prints the command).`, env)
+look at them as an operator would (the report prints the command).`
+
+func runDemo(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("demo", "demo [flags]", demoHelp, env)
 	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
 	orders := fs.Int("orders", demo.DefaultOrders, "order messages to deliver (1 to 100000)")

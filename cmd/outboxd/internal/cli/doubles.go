@@ -18,8 +18,8 @@ const (
 	defaultSendGridDoubleAddr = "127.0.0.1:12112"
 )
 
-func runDoubles(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("doubles", "doubles [flags]", `
+// doublesHelp is what 'outboxd doubles --help' says the command does.
+const doublesHelp = `
 Serves local doubles of Stripe and SendGrid for development: the real
 stripe-go and sendgrid-go clients (and so 'outboxd run') talk to them
 unchanged. The Stripe double honours idempotency keys as Stripe does; the
@@ -52,7 +52,10 @@ acting, 500 after acting, 500 before acting, 429, and a one-second delay.
 
 Prints the environment to export so that 'outboxd run' uses the doubles, then
 serves until SIGINT or SIGTERM (Ctrl-C), and prints what the doubles
-performed. Everything lives in memory and is lost at exit.`, env)
+performed. Everything lives in memory and is lost at exit.`
+
+func runDoubles(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("doubles", "doubles [flags]", doublesHelp, env)
 	stripeAddr := fs.String("stripe-addr", defaultStripeDoubleAddr, "address the Stripe double listens on (host:port; port 0 picks a free one)")
 	sendgridAddr := fs.String("sendgrid-addr", defaultSendGridDoubleAddr, "address the SendGrid double listens on (host:port; port 0 picks a free one)")
 	faultRate := fs.Float64("fault-rate", 0, "share of effect-causing requests that get a fault, from 0 to 1, spread evenly over the fault kinds")

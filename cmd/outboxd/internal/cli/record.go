@@ -26,8 +26,8 @@ type recordSummary struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 }
 
-func runRecord(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("record", "record [flags] [FILE]", `
+// recordHelp is what 'outboxd record --help' says the command does.
+const recordHelp = `
 Reads messages from FILE, or from standard input when FILE is - or not
 given, as a stream of JSON values (one per line, or pretty-printed over
 several lines, one after another) and records each exactly as
@@ -62,7 +62,10 @@ no provider is called and no API key is needed.
 Exits 1 if any value was bad (the good ones are recorded). Interrupted
 (Ctrl-C, SIGTERM), it stops after the value in hand and prints what was
 recorded so far (a second Ctrl-C exits at once); feeding the same input
-again is safe: what was recorded is absorbed as duplicates.`, env)
+again is safe: what was recorded is absorbed as duplicates.`
+
+func runRecord(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("record", "record [flags] [FILE]", recordHelp, env)
 	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
 	file := fs.String("file", "-", "input file of JSON values, as FILE; - reads stdin")

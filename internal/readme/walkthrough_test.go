@@ -276,10 +276,12 @@ func (w *walkthrough) stopAll() {
 }
 
 // command is the shell running text in the clone, with the walkthrough's
-// environment.
+// environment, niced as the program's build is (niced): make build
+// compiles the whole module.
 func (w *walkthrough) command(ctx context.Context, text string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "bash", "-c", text)
-	cmd.Dir, cmd.Env = w.dir, slices.Clone(w.env)
+	shell := niced("bash", "-c", text)
+	cmd := exec.CommandContext(ctx, shell.Path, shell.Args[1:]...)
+	cmd.Dir, cmd.Env = w.dir, append(slices.Clone(w.env), "GOFLAGS=-p=1")
 	cmd.WaitDelay = 10 * time.Second
 	return cmd
 }

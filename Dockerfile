@@ -4,6 +4,9 @@
 ARG GO_VERSION=1.26
 
 FROM golang:${GO_VERSION} AS build
+# What `outboxd version` prints. The build context has no .git, so make
+# docker passes `git describe`, as make build stamps it; without it, dev.
+ARG VERSION=dev
 WORKDIR /src
 ENV CGO_ENABLED=0
 # Dependencies first, so editing the code does not download them again.
@@ -12,7 +15,7 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags="-s -w" -o /out/outboxd ./cmd/outboxd
+    go build -trimpath -ldflags="-s -w -X github.com/outboxkit/outbox/cmd/outboxd/internal/cli.version=${VERSION}" -o /out/outboxd ./cmd/outboxd
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/outboxd /usr/local/bin/outboxd

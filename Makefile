@@ -24,8 +24,8 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: demo
-demo: db-check ## run the whole pipeline end to end against local provider doubles
-	$(GO) run ./cmd/outboxd demo
+demo: build db-check ## run the whole pipeline end to end against local provider doubles (builds bin/outboxd first)
+	bin/outboxd demo
 
 .PHONY: example
 example: db-check ## the NoteCreated example service end to end on RabbitMQ (AMQP_URL) and PostgreSQL
@@ -72,8 +72,14 @@ $(TOOLS)/stripe-mock:
 	GOBIN=$(TOOLS) $(GO) install $(STRIPE_MOCK)
 
 .PHONY: build
-build: ## build bin/outboxd, its version from git describe (outboxd version)
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/outboxd ./cmd/outboxd
+build: ## build bin/outboxd, its version from git describe (outboxd version); put bin/ on your PATH to type outboxd
+	@echo "building bin/outboxd (the first build compiles every dependency: a minute or two)"
+	@$(GO) build -ldflags "$(LDFLAGS)" -o bin/outboxd ./cmd/outboxd
+	@echo 'built bin/outboxd; to type outboxd, put bin/ on your PATH: export PATH="$$PWD/bin:$$PATH"'
+
+.PHONY: docker
+docker: ## build the outboxd image (outboxd:local), its version from git describe as make build's
+	docker build --build-arg VERSION=$(VERSION) -t outboxd:local .
 
 .PHONY: migrate
 migrate: db-check ## migrate the database at DATABASE_URL

@@ -197,8 +197,8 @@ type recordedIntent struct {
 func (h *Handler) apiRecord(w http.ResponseWriter, r *http.Request) error {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		if isTooLarge(err) {
-			return &requestError{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
+		if tooLarge := bodyTooLarge(err); tooLarge != nil {
+			return tooLarge
 		}
 		return badRequest("", "read request body: %v", err)
 	}
@@ -231,8 +231,8 @@ func (h *Handler) apiRecord(w http.ResponseWriter, r *http.Request) error {
 func decodeBody(body io.Reader, v any, emptyOK bool) error {
 	data, err := io.ReadAll(body)
 	if err != nil {
-		if isTooLarge(err) {
-			return &requestError{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)}
+		if tooLarge := bodyTooLarge(err); tooLarge != nil {
+			return tooLarge
 		}
 		return badRequest("", "read request body: %v", err)
 	}
@@ -276,8 +276,8 @@ func (h *Handler) classify(r *http.Request, err error) (status int, field, msg s
 	switch {
 	case errors.As(err, &reqErr):
 		return reqErr.Status, reqErr.Field, reqErr.Msg
-	case isTooLarge(err):
-		return http.StatusRequestEntityTooLarge, "", fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)
+	case bodyTooLarge(err) != nil:
+		return http.StatusRequestEntityTooLarge, "", bodyTooLarge(err).Msg
 	case errors.As(err, &inputErr):
 		return http.StatusBadRequest, inputErr.Field, inputErr.Error()
 	case errors.Is(err, audit.ErrNotFound):

@@ -28,8 +28,12 @@ const (
 	DefaultReadinessTimeout = 5 * time.Second
 	// MinTokenLength is the shortest Config.Token accepted, in bytes.
 	MinTokenLength = 16
-	// MaxBodyBytes bounds a request body; a larger one is refused with 413.
-	MaxBodyBytes = 1 << 20
+	// DefaultMaxBodyBytes is Config.MaxBodyBytes's default: a message of
+	// intents at intents.DefaultMaxPayloadBytes (ingest.MaxMessageBytes).
+	DefaultMaxBodyBytes = 1 << 20
+	// MaxBodyBytesLimit bounds Config.MaxBodyBytes, so that the bodies read
+	// at once (MaxConcurrentBodies) hold at most 64 MiB.
+	MaxBodyBytesLimit = 8 << 20
 	// MaxConcurrentBodies bounds the request bodies read at once, so that
 	// what the handler holds for them stays bounded whatever the clients
 	// send (MaxConcurrentBodies times MaxBodyBytes and their decoding); a
@@ -104,6 +108,15 @@ type Config struct {
 	Intents *intents.Client
 	// Observer is told what /api/v1/messages recorded. Optional.
 	Observer RecordObserver
+	// UnknownKindHint, when set, ends the API's error about an intent kind
+	// no registered provider performs (outboxd names the --providers flag
+	// that enables it). Optional.
+	UnknownKindHint func(kind string) string
+	// MaxBodyBytes bounds a request body; a larger one is refused with 413.
+	// Set it from the payload limit the Intents client was given
+	// (ingest.MaxMessageBytes) when that limit was raised. Defaults to
+	// DefaultMaxBodyBytes; at most MaxBodyBytesLimit.
+	MaxBodyBytes int
 	// Pool is the outbox database, checked by /readyz, read by River's UI,
 	// and holding the dashboard's sessions (outbox_admin_sessions).
 	// Required.
@@ -159,6 +172,12 @@ func (c Config) validate() (Config, error) {
 		if required.missing {
 			return c, &ConfigError{Field: required.field, Reason: "is required"}
 		}
+	}
+	switch {
+	case c.MaxBodyBytes == 0:
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	case c.MaxBodyBytes < 0 || c.MaxBodyBytes > MaxBodyBytesLimit:
+		return c, &ConfigError{Field: "MaxBodyBytes", Reason: fmt.Sprintf("must be between 1 and %d, got %d", MaxBodyBytesLimit, c.MaxBodyBytes)}
 	}
 	if c.SessionTTL < 0 {
 		return c, &ConfigError{Field: "SessionTTL", Reason: "must not be negative"}

@@ -150,7 +150,7 @@ func (h *Handler) page(serve pageHandler) http.Handler {
 		}
 		h.withBody(w, r, func() {
 			if err := r.ParseForm(); err != nil {
-				if isTooLarge(err) {
+				if bodyTooLarge(err) != nil {
 					h.renderError(w, r, http.StatusRequestEntityTooLarge, "The form is too large.")
 				} else {
 					h.renderError(w, r, http.StatusBadRequest, "The form could not be read.")

@@ -61,7 +61,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		cfg: cfg, keys: k, pages: pages,
 		logins:   newLoginLimiter(cfg.Now),
 		sessions: sessionStore{pool: cfg.Pool, keyID: k.keyID()},
-		ingest:   ingest.New(cfg.Intents, cfg.Observer),
+		ingest:   ingest.New(cfg.Intents, cfg.Observer).WithUnknownKindHint(cfg.UnknownKindHint),
 		bodies:   make(chan struct{}, MaxConcurrentBodies),
 		where:    where{Database: cc.Database, Host: cc.Host, Version: cfg.Version},
 	}

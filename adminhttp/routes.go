@@ -222,13 +222,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // isTooLarge reports whether err is http.MaxBytesReader's.
-func isTooLarge(err error) bool {
+// bodyTooLarge is the 413 of a body http.MaxBytesReader cut at its limit
+// (err is its error), nil for any other error.
+func bodyTooLarge(err error) *requestError {
 	var mb *http.MaxBytesError
-	return errors.As(err, &mb)
+	if !errors.As(err, &mb) {
+		return nil
+	}
+	return &requestError{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("request body is larger than %d bytes", mb.Limit)}
 }
 
 // withBody runs next for a request with a body once one of
-// MaxConcurrentBodies is free, with the body bounded by MaxBodyBytes; it
+// MaxConcurrentBodies is free, with the body bounded by Config.MaxBodyBytes; it
 // answers 503 when none frees up within BodyWait.
 func (h *Handler) withBody(w http.ResponseWriter, r *http.Request, next func()) {
 	timer := time.NewTimer(BodyWait)
@@ -243,6 +248,6 @@ func (h *Handler) withBody(w http.ResponseWriter, r *http.Request, next func()) 
 		return
 	}
 	defer func() { <-h.bodies }()
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	r.Body = http.MaxBytesReader(w, r.Body, int64(h.cfg.MaxBodyBytes))
 	next()
 }

@@ -34,7 +34,13 @@ type Config struct {
 	// validation. Required.
 	Providers *providers.Registry
 
-	// MaxPayloadBytes bounds an intent's JSON payload. Defaults to
+	// MaxPayloadBytes bounds an intent's payload, as JSON: a larger one is
+	// refused when recorded with an *IntentError wrapping
+	// ErrPayloadTooLarge, and nothing of the transaction's intents is
+	// written. It bounds what a payload carries inline, a SendGrid
+	// email's attachments included (a provider's own request limit, such
+	// as SendGrid's 30 MB, applies within it). 'outboxd run' and 'outboxd
+	// record' set it with --max-payload-bytes. Defaults to
 	// DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 

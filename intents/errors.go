@@ -3,6 +3,7 @@ package intents
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
 )
@@ -27,7 +28,9 @@ var ErrDuplicateKey = intenttype.ErrDuplicateKey
 // ErrPayloadTooLarge, or a problem with the name or key. The transaction is
 // rolled back.
 type IntentError struct {
-	// Index is the intent's position among those recorded in the call.
+	// Index is the intent's position among those recorded in the call,
+	// from 0. Error says it as people count (the 1st intent), so that it
+	// is never read as an intent's id.
 	Index int
 	Kind  string
 	Name  string
@@ -35,7 +38,7 @@ type IntentError struct {
 }
 
 func (e *IntentError) Error() string {
-	label := fmt.Sprintf("intent %d (%s", e.Index, e.Kind)
+	label := fmt.Sprintf("the %s intent (%s", ordinal(e.Index+1), e.Kind)
 	if e.Name != "" {
 		label += fmt.Sprintf(" %q", e.Name)
 	}
@@ -44,6 +47,22 @@ func (e *IntentError) Error() string {
 
 // Unwrap returns the cause and ErrInvalidIntent.
 func (e *IntentError) Unwrap() []error { return []error{e.Err, ErrInvalidIntent} }
+
+// ordinal is n as people count: 1st, 2nd, 3rd, 4th, 11th, 12th, 21st.
+func ordinal(n int) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return strconv.Itoa(n) + suffix
+}
 
 // DuplicateKeyError is returned when an intent's idempotency key is already
 // taken. The transaction is rolled back. Defined in intenttype, the leaf the

@@ -28,8 +28,8 @@ func ExampleAfter() {
 	handle := func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 		err := rec.Record(intents.Intent{
 			Kind: stripeprovider.KindPaymentIntent, Name: "charge", OrderingKey: "cus_42",
-			Payload: map[string]any{"amount": 5000, "currency": "usd", "customer": "cus_42",
-				"payment_method": "pm_card_visa", "confirm": true},
+			Payload: stripeprovider.PaymentIntentPayload{Amount: new(int64(5000)), Currency: new("usd"),
+				Customer: "cus_42", PaymentMethod: "pm_card_visa", Confirm: new(true)},
 		})
 		if err != nil {
 			return err
@@ -38,7 +38,7 @@ func ExampleAfter() {
 		// cancelled, saying why, if the charge fails.
 		return rec.Record(intents.Intent{
 			Kind: stripeprovider.KindRefund, Name: "refund", OrderingKey: "cus_42",
-			Payload: map[string]any{"amount": 1500, "reason": "requested_by_customer"},
+			Payload: stripeprovider.RefundPayload{Amount: new(int64(1500)), Reason: stripeprovider.ReasonRequestedByCustomer},
 			After: []intents.After{{Name: "charge",
 				Fill: map[string]string{"payment_intent": intents.ResultProviderRef}}},
 		})

@@ -73,11 +73,11 @@ func TestOrderIsRefusedAtRecordTime(t *testing.T) {
 		want  []string
 	}{
 		{"unknown name", []intents.Intent{charge("payment"), refund(intents.After{Name: "charge", Fill: fillPI})},
-			1, intents.ErrUnknownPredecessor, []string{`intent 1 (stripe.refund "refund")`, `after[0] (name "charge")`, "no intent of this call"}},
+			1, intents.ErrUnknownPredecessor, []string{`the 2nd intent (stripe.refund "refund")`, `after[0] (name "charge")`, "no intent of this call"}},
 		{"unknown key", []intents.Intent{charge("payment"), refund(intents.After{Key: "shop:never", Fill: fillPI})},
 			1, intents.ErrUnknownPredecessor, []string{`after[0] (key "shop:never")`, "no intent with this key"}},
 		{"self by name", []intents.Intent{charge("payment", intents.After{Name: "payment"}), charge("other")},
-			0, intents.ErrOrderCycle, []string{`intent 0 (stripe.payment_intent "payment")`, `after[0] (name "payment")`, "cannot come after itself"}},
+			0, intents.ErrOrderCycle, []string{`the 1st intent (stripe.payment_intent "payment")`, `after[0] (name "payment")`, "cannot come after itself"}},
 		{"self by key", []intents.Intent{charge("payment", intents.After{Key: "shop:self by key:payment"}), charge("other")},
 			0, intents.ErrOrderCycle, []string{`(key "shop:self by key:payment")`, "cannot come after itself"}},
 		{"cycle", []intents.Intent{charge("a", intents.After{Name: "c"}), charge("b", intents.After{Name: "a"}), charge("c", intents.After{Name: "b"})},

@@ -54,6 +54,17 @@ type Intent struct {
 	OrderingKey string          `json:"ordering_key,omitempty"`
 }
 
+// MessageBytesPerPayload bounds a message as JSON by the payload limit: a
+// message (its envelope and every intent) may take this many times
+// intents.Config.MaxPayloadBytes, 1 MiB with the default 64 KiB. The one
+// limit a user sets is the payload's; the doors derive theirs from it.
+const MessageBytesPerPayload = 16
+
+// MaxMessageBytes is the most one message may take as JSON (an 'outboxd
+// record' value, the body of a POST /api/v1/messages) when intents'
+// payloads are bounded by maxPayloadBytes.
+func MaxMessageBytes(maxPayloadBytes int) int { return MessageBytesPerPayload * maxPayloadBytes }
+
 // ErrInvalidInput is wrapped by every *InputError.
 var ErrInvalidInput = errors.New("invalid message")
 
@@ -130,6 +141,17 @@ type Observer interface {
 type Recorder struct {
 	client   *intents.Client
 	observer Observer
+	kindHint func(kind string) string
+}
+
+// WithUnknownKindHint returns a copy of r that ends the error about a kind
+// no registered provider performs with hint(kind): what the program's user
+// can do about it (the flag that enables the provider that knows it, a
+// kind of a similar name). hint returns "" when it has nothing to say.
+func (r *Recorder) WithUnknownKindHint(hint func(kind string) string) *Recorder {
+	c := *r
+	c.kindHint = hint
+	return &c
 }
 
 // New returns a Recorder that records through client and reports what it
@@ -161,7 +183,8 @@ func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, err
 		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
 			for i, in := range msg.Intents {
 				if len(in.Payload) == 0 {
-					return &InputError{Field: fmt.Sprintf("intents[%d].payload", i), Err: fmt.Errorf("intent %q (%s): \"payload\" is missing", in.Name, in.Kind)}
+					return &InputError{Field: fmt.Sprintf("intents[%d].payload", i),
+						Err: fmt.Errorf("message %q: %w", msg.MessageID, &intents.IntentError{Index: i, Kind: in.Kind, Name: in.Name, Err: errors.New(`"payload" is missing`)})}
 				}
 				if err := rec.Record(intents.Intent{Kind: in.Kind, Name: in.Name, Payload: in.Payload, Reference: in.Reference,
 					After: in.After, OrderingKey: in.OrderingKey}); err != nil {
@@ -171,7 +194,7 @@ func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, err
 			return nil
 		})
 	if err != nil {
-		return intents.Result{}, classify(err)
+		return intents.Result{}, r.classify(msg, err)
 	}
 	if r.observer != nil {
 		counts := map[string]int{}
@@ -185,9 +208,17 @@ func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, err
 	return res, nil
 }
 
+func (r *Recorder) hint(kind string) string {
+	if r.kindHint == nil {
+		return ""
+	}
+	return r.kindHint(kind)
+}
+
 // classify wraps the intents package's errors about the input in an
-// *InputError naming the field.
-func classify(err error) error {
+// *InputError naming the field. An intent's error names its message, so
+// that "the 1st intent" says of what.
+func (r *Recorder) classify(msg Message, err error) error {
 	var inputErr *InputError
 	if errors.As(err, &inputErr) {
 		return err
@@ -218,10 +249,14 @@ func classify(err error) error {
 			}
 		case errors.Is(err, providers.ErrUnknownKind):
 			field += ".kind"
+			if hint := r.hint(intentErr.Kind); hint != "" {
+				return &InputError{Field: field, Err: fmt.Errorf("message %q: %w; %s", msg.MessageID, err, hint)}
+			}
 		case errors.Is(err, intents.ErrPayloadTooLarge):
 			field += ".payload"
+			return &InputError{Field: field, Err: fmt.Errorf("message %q: %w (outboxd's --max-payload-bytes)", msg.MessageID, err)}
 		}
-		return &InputError{Field: field, Err: err}
+		return &InputError{Field: field, Err: fmt.Errorf("message %q: %w", msg.MessageID, err)}
 	case errors.Is(err, intents.ErrInvalidMessage):
 		field := "message_id"
 		if strings.Contains(err.Error(), "consumer") {

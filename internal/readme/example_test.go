@@ -20,25 +20,50 @@ import (
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/amqpconsumer"
 	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/migrations"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 	"github.com/outboxkit/outbox/providers/webhookprovider"
 )
 
-// The README's first example: a consumer that stores a note's tag and
-// records an email, once however often the broker delivers the event.
-func Example_consume() {
-	ctx := context.Background()
-	pool, cleanup := exampleDatabase()
-	defer cleanup()
+// Example_program is the README's program, from a database to an effect
+// performed and read back, in one process. Its regions are the README's Go
+// blocks, in this order, and TestREADMEGoBlocksRunTogether builds and runs
+// them as one main package.
+func Example_program() {
+	done := exampleEnvironment() // DATABASE_URL: an empty database; SENDGRID_*: a double
+	defer done()
 
-	// readme:consume begin
-	email, err := sendgridprovider.New(sendgridprovider.Config{}) // recording only validates: no key needed
+	// readme:connect begin
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	registry, err := providers.NewRegistry(email)
+	defer pool.Close()
+	// River's tables and the outbox's, as `outboxd migrate` makes them; a
+	// no-op when they are current.
+	if _, err := migrations.New(pool, nil).Up(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// The service's own table, written in the transaction that records its
+	// intents.
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS note_tags (note_id text, tag text)`); err != nil {
+		log.Fatal(err)
+	}
+	// readme:connect end
+
+	// readme:providers begin
+	// The key from the environment; SENDGRID_API_BASE points the adapter at
+	// `outboxd doubles` instead of SendGrid.
+	email, err := sendgridprovider.New(sendgridprovider.Config{
+		APIKey: os.Getenv("SENDGRID_API_KEY"), BaseURL: os.Getenv("SENDGRID_API_BASE")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	registry, err := providers.NewRegistry(email) // every provider your intents use
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,7 +71,9 @@ func Example_consume() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// readme:providers end
 
+	// readme:consume begin
 	// A consumer of NoteCreated: store the tag, notify the author. Once per
 	// event, however often the broker delivers it.
 	noteID, tag, author := "note-1", "go", "ann@example.com" // from the event
@@ -75,29 +102,52 @@ func Example_consume() {
 	}
 	// readme:consume end
 
+	// readme:dispatcher begin
+	d, err := dispatcher.New(pool, &dispatcher.Config{Providers: registry})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := d.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := d.Stop(stopCtx); err != nil { // waits for attempts in flight to record their outcome
+			log.Print(err)
+		}
+	}()
+	// readme:dispatcher end
+
 	// readme:state begin
 	trail, err := audit.New(pool, registry)
 	if err != nil {
 		log.Fatal(err)
 	}
-	page, err := trail.List(ctx, audit.Filter{Reference: noteID})
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, in := range page.Intents { // payloads redacted
-		fmt.Printf("%s for %s: %s\n", in.Kind, in.Reference, in.State) // pending until a dispatcher performs it
+	for { // as a service shows "pending" until the dispatcher performed it
+		page, err := trail.List(ctx, audit.Filter{Reference: noteID})
+		if err != nil {
+			log.Fatal(err)
+		}
+		in := page.Intents[0] // payloads redacted
+		if in.State != intenttype.StatePending && in.State != intenttype.StateDispatching {
+			fmt.Printf("%s for %s: %s\n", in.Kind, in.Reference, in.State)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	// readme:state end
 
 	// Output:
 	// duplicate: false, intents recorded: 1
 	// duplicate: true, intents recorded: 0
-	// sendgrid.email for note-1: pending
+	// sendgrid.email for note-1: succeeded
 }
 
-// runDispatcher is the README's dispatcher in a process of your own.
+// runDispatcher is the dispatcher in a service of your own, until its
+// process is told to stop (docs/library.md).
 func runDispatcher(ctx context.Context, pool *pgxpool.Pool, registry *providers.Registry) error {
-	// readme:dispatcher begin
+	// readme:service begin
 	d, err := dispatcher.New(pool, &dispatcher.Config{Providers: registry})
 	if err != nil {
 		return err
@@ -105,15 +155,15 @@ func runDispatcher(ctx context.Context, pool *pgxpool.Pool, registry *providers.
 	if err := d.Start(ctx); err != nil {
 		return err
 	}
-	<-ctx.Done() // until the process is told to stop
+	<-ctx.Done() // until the process is told to stop (signal.NotifyContext)
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return d.Stop(shutdownCtx) // waits for attempts in flight to record their outcome
-	// readme:dispatcher end
+	// readme:service end
 }
 
-func Example_dispatcher() {
+func Example_dispatcherInAService() {
 	pool, cleanup := exampleDatabase()
 	defer cleanup()
 	payments, err := stripeprovider.New(stripeprovider.Config{APIKey: "sk_test_example"})

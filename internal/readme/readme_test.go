@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -170,5 +171,72 @@ func TestMakeTargetsExist(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestMakeDemoSaysItIsBuilding: make demo builds bin/outboxd first, saying
+// so before the compiler's silent minute, and then runs it (go run printed
+// nothing while it compiled).
+func TestMakeDemoSaysItIsBuilding(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("make", "-n", "demo")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Skipf("make -n demo: %v\n%s", err, out)
+	}
+	plan := string(out)
+	say, build, run := strings.Index(plan, "echo \"building bin/outboxd"), strings.Index(plan, " build "), strings.Index(plan, "bin/outboxd demo")
+	if say < 0 || build < say || run < build || strings.Contains(plan, "go run") {
+		t.Errorf("make demo should say it is building bin/outboxd, build it, then run bin/outboxd demo; it runs:\n%s", plan)
+	}
+}
+
+// TestInstallPinsWhatTheREADMEDocuments: the README documents the code
+// beside it, so its install lines pin that: main while CHANGELOG.md lists
+// unreleased changes (the latest release lacks them), the latest release
+// once it holds everything.
+func TestInstallPinsWhatTheREADMEDocuments(t *testing.T) {
+	t.Parallel()
+	changelog, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	releases := regexp.MustCompile(`(?m)^## \[([^\]]+)\]`).FindAllStringSubmatchIndex(string(changelog), -1)
+	if len(releases) < 2 || string(changelog[releases[0][2]:releases[0][3]]) != "Unreleased" {
+		t.Fatal("CHANGELOG.md does not start with [Unreleased] and a release")
+	}
+	unreleased := string(changelog[releases[0][1]:releases[1][0]])
+	want := "v" + string(changelog[releases[1][2]:releases[1][3]])
+	if regexp.MustCompile(`(?m)^- `).MatchString(unreleased) {
+		want = "main"
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := regexp.MustCompile(`go (?:get|install) github\.com/outboxkit/outbox(?:/cmd/outboxd)?@(\S+)`).FindAllStringSubmatch(string(readme), -1)
+	if len(pins) < 2 {
+		t.Fatalf("the README has %d install lines (go get, go install), want both", len(pins))
+	}
+	for _, p := range pins {
+		if p[1] != want {
+			t.Errorf("the README installs %q; it documents %s, so it must pin @%s", p[0], map[bool]string{true: "unreleased changes (CHANGELOG.md)", false: "the latest release"}[want == "main"], want)
+		}
+	}
+}
+
+// TestMakeHelpPrintsNoVariableLiterally: make's list of targets says what
+// each does in words a reader can use, never a $(VARIABLE) of the Makefile.
+func TestMakeHelpPrintsNoVariableLiterally(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("make", "--no-print-directory", "help")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Skipf("make help: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "$(") || !strings.Contains(string(out), "make demo") {
+		t.Errorf("make help:\n%s", out)
 	}
 }

@@ -316,29 +316,29 @@ func TestReconcileSeveralPersonalizations(t *testing.T) {
 	}
 }
 
-// TestREADMEPayloadExample keeps the README's sendgrid.email example true:
-// it validates, and it is the five emails the README says.
-func TestREADMEPayloadExample(t *testing.T) {
+// TestDocumentedPayloadExample keeps docs/adapters.md's sendgrid.email
+// example true: it validates, and it is the five emails the page says.
+func TestDocumentedPayloadExample(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/adapters.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "### The `sendgrid.email` payload")
+	_, section, ok := strings.Cut(string(doc), "## The `sendgrid.email` payload")
 	_, block, ok2 := strings.Cut(section, "```json\n")
 	block, _, ok3 := strings.Cut(block, "```")
 	if !ok || !ok2 || !ok3 {
-		t.Fatal("README has no sendgrid.email payload example")
+		t.Fatal("docs/adapters.md has no sendgrid.email payload example")
 	}
 	d := startDouble(t, sendgriddouble.Config{})
 	p := newProvider(t, sendgridprovider.Config{BaseURL: d.URL()})
 	if err := p.Validate(sendgridprovider.KindEmail, json.RawMessage(block)); err != nil {
-		t.Fatalf("the README's example: %v", err)
+		t.Fatalf("docs/adapters.md's example: %v", err)
 	}
 	if _, ae := perform(t, p, request(3, block)); ae != nil {
 		t.Fatal(ae)
 	}
 	if n := d.DeliveriesFor(3); n != 5 {
-		t.Fatalf("the README's example is %d emails, it says five", n)
+		t.Fatalf("docs/adapters.md's example is %d emails, it says five", n)
 	}
 }

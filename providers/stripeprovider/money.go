@@ -65,7 +65,8 @@ var (
 )
 
 // RefundPayload is the JSON payload of a KindRefund intent. Unknown fields
-// are refused.
+// are refused. Amount is a pointer, as PaymentIntentPayload's is:
+// RefundPayload{Amount: new(int64(1500))}.
 type RefundPayload struct {
 	// PaymentIntent is the id ("pi_...") of the succeeded PaymentIntent to
 	// refund. Required.

@@ -11,7 +11,14 @@ import (
 )
 
 // PaymentIntentPayload is the JSON payload of a KindPaymentIntent intent.
-// Unknown fields are refused.
+// Unknown fields are refused. An intents.Intent takes it as its Payload,
+// as it is. Its optional scalars are pointers, so that a value not given
+// stays apart from a zero one (confirm=false is sent to Stripe when given,
+// and an off_session given without confirm is refused); Go's new takes
+// the value, with no variable or helper:
+//
+//	stripeprovider.PaymentIntentPayload{Amount: new(int64(500)), Currency: new("usd"),
+//		Customer: "cus_42", PaymentMethod: "pm_card_visa", Confirm: new(true)}
 type PaymentIntentPayload struct {
 	// Amount in the currency's smallest unit, 1..MaxAmount. Required.
 	Amount *int64 `json:"amount"`

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/bench"
@@ -32,7 +30,7 @@ func runBench(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
 	stopProfile, err := startCPUProfile(f.cpuProfile)
 	if err != nil {
@@ -48,7 +46,7 @@ func runBench(ctx context.Context, args []string, env Env) error {
 
 // benchFlags are the flags of outboxd bench.
 type benchFlags struct {
-	dbURL         string
+	dbURL         databaseURL
 	out           string
 	only          string
 	peers         string
@@ -138,7 +136,10 @@ func (f *benchFlags) config(logger *slog.Logger, env Env) (bench.Config, error) 
 	if f.fetchCooldown < time.Millisecond {
 		return bench.Config{}, usageErrorf("--fetch-cooldown must be at least 1ms, got %s", f.fetchCooldown)
 	}
-	cfg := bench.Config{ServerURL: f.dbURL, Only: scenarios, Peers: peerList, FetchCooldown: f.fetchCooldown, Progress: env.Stderr, Logger: logger}
+	if err := f.dbURL.check(); err != nil {
+		return bench.Config{}, err
+	}
+	cfg := bench.Config{ServerURL: f.dbURL.url, Only: scenarios, Peers: peerList, FetchCooldown: f.fetchCooldown, Progress: env.Stderr, Logger: logger}
 	if f.smoke && f.quick {
 		return bench.Config{}, usageErrorf("--smoke and --quick exclude each other")
 	}

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/chaos"
@@ -41,9 +39,12 @@ func runChaos(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("find this executable to run the dispatchers: %w", err)
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
-	name, scratchURL, drop, err := chaos.ScratchDatabase(ctx, f.dbURL, logger)
+	if err := f.dbURL.check(); err != nil {
+		return err
+	}
+	name, scratchURL, drop, err := chaos.ScratchDatabase(ctx, f.dbURL.url, logger)
 	if err != nil {
 		return err
 	}
@@ -71,7 +72,7 @@ func runChaos(ctx context.Context, args []string, env Env) error {
 
 // chaosFlags are the flags of outboxd chaos.
 type chaosFlags struct {
-	dbURL            string
+	dbURL            databaseURL
 	duration         time.Duration
 	rate             float64
 	messages         int
@@ -151,7 +152,7 @@ Use a long --duration (e.g. 10m) for a soak.`, env)
 // serve is --serve-doubles: the suite's doubles, in this process, until
 // SIGINT or SIGTERM; their addresses go to stdout as one JSON line.
 func (f *chaosFlags) serve(ctx context.Context, env Env) error {
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
 	return chaos.ServeDoubles(ctx, chaos.DoublesConfig{Seed: f.seed, FaultRate: f.faultRate, DelayFor: chaos.DelayFor(f.callTimeout), HoldFaults: f.holdFaults, SendGridTLS: f.sendgridTLS},
 		func(a chaos.DoublesAddrs) { _ = json.NewEncoder(env.Stdout).Encode(a) })

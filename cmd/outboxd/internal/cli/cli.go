@@ -56,9 +56,7 @@ Usage:
   outboxd <command> [flags]
 
 Commands:
-%s  help     print this, or a command's help: outboxd help <command>
-  version  print outboxd's version
-
+%s
 Run 'outboxd help <command>' (or 'outboxd <command> --help') for a command's flags.
 
 Quick start:
@@ -70,9 +68,21 @@ The database is taken from --database-url or DATABASE_URL.
 `
 
 func usage(w io.Writer) {
-	var b strings.Builder
+	lines := [][2]string{}
 	for _, c := range commands() {
-		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		lines = append(lines, [2]string{c.name, c.summary})
+	}
+	lines = append(lines,
+		[2]string{"help", "print this, or a command's help: outboxd help <command>"},
+		[2]string{"version", "print outboxd's version"})
+	// The summaries start in one column, after the longest name.
+	width := 0
+	for _, l := range lines {
+		width = max(width, len(l[0]))
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, l[0], l[1])
 	}
 	fmt.Fprintf(w, overview, b.String())
 }
@@ -198,6 +208,9 @@ func applyEnv(fs *flag.FlagSet, env Env) error {
 			if setErr := fs.Set(f.Name, v); setErr != nil {
 				err = usageErrorf("%s (for --%s): %v", name, f.Name, setErr)
 			}
+			if s, ok := f.Value.(interface{ setSource(string) }); ok {
+				s.setSource(name)
+			}
 		}
 	})
 	return err
@@ -216,6 +229,31 @@ func parse(fs *flag.FlagSet, args []string, env Env) error {
 		return fmt.Errorf("%w: unexpected argument %q: this command takes only flags (see 'outboxd %s --help')", errUsage, fs.Arg(0), fs.Name())
 	}
 	return nil
+}
+
+// parseWithOperand is parse for a command that takes one operand (a FILE)
+// besides its flags, before, after or between them: it returns the operand,
+// or "" when none was given.
+func parseWithOperand(fs *flag.FlagSet, args []string, env Env, what string) (string, error) {
+	if err := applyEnv(fs, env); err != nil {
+		return "", err
+	}
+	if err := parseFlags(fs, args, env); err != nil {
+		return "", err
+	}
+	operand := ""
+	for fs.NArg() > 0 {
+		if operand != "" {
+			return "", fmt.Errorf("%w: unexpected argument %q: this command takes one %s at most (see 'outboxd %s --help')", errUsage, fs.Arg(0), what, fs.Name())
+		}
+		operand = fs.Arg(0)
+		// The flag package stops at the first operand; the flags after it
+		// count too ('outboxd record messages.json --json').
+		if err := parseFlags(fs, fs.Args()[1:], env); err != nil {
+			return "", err
+		}
+	}
+	return operand, nil
 }
 
 func usageErrorf(format string, args ...any) error {

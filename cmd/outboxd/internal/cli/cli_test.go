@@ -60,7 +60,7 @@ func TestEachCommandsHelpSaysWhatItDoes(t *testing.T) {
 	}{
 		{"migrate", []string{"Creates or upgrades", "schema", "--down-to"}},
 		{"run", []string{"Runs the dispatcher", "STRIPE_API_KEY", "SENDGRID_API_KEY", "--workers", "SIGTERM"}},
-		{"record", []string{"Reads messages as a stream of JSON values", "the line\nit starts on", "--file", "--json", "Ctrl-C"}},
+		{"record", []string{"Reads messages from FILE", "as a stream of JSON values", "the line\nit starts on", "--file", "--json", "Ctrl-C"}},
 	} {
 		for _, flag := range []string{"--help", "-h"} {
 			r := outboxd(t, invocation{env: map[string]string{"STRIPE_API_KEY": secretStripeKey}, args: []string{tc.command, flag}})
@@ -159,6 +159,34 @@ func TestMigrateRefusesBadDatabaseURLWithoutPrintingThePassword(t *testing.T) {
 		t.Errorf("migrate with an unreachable database: %s; want exit 1", r)
 	}
 	wantContains(t, "stderr", r.stderr, "connect to database")
+}
+
+// TestABadDatabaseURLIsNamedWhereItCameFrom: an invalid URL is reported
+// as the flag, OUTBOXD_DATABASE_URL or DATABASE_URL, whichever set it (a
+// bad DATABASE_URL used to be reported as --database-url), by every
+// command that takes one, without its password.
+func TestABadDatabaseURLIsNamedWhereItCameFrom(t *testing.T) {
+	t.Parallel()
+	const bad = "postgres://app:hunter2secret@127.0.0.1:notaport/db"
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"DATABASE_URL": bad}, nil, "DATABASE_URL is not a valid PostgreSQL URL"},
+		{map[string]string{"DATABASE_URL": unreachableDB, "OUTBOXD_DATABASE_URL": bad}, nil, "OUTBOXD_DATABASE_URL is not a valid PostgreSQL URL"},
+		{map[string]string{"DATABASE_URL": unreachableDB, "OUTBOXD_DATABASE_URL": unreachableDB}, []string{"--database-url", bad}, "--database-url is not a valid PostgreSQL URL"},
+	} {
+		for _, command := range [][]string{{"migrate"}, {"stats"}, {"intents", "list"}, {"record"}, {"demo"}} {
+			r := outboxd(t, invocation{env: tc.env, args: append(append([]string{}, command...), tc.args...)})
+			if r.code != 2 || !strings.Contains(r.stderr, ": "+tc.want+":") {
+				t.Errorf("outboxd %v with %v: %s; want exit 2 and %q", command, tc.env, r, tc.want)
+			}
+			if strings.Contains(r.stdout+r.stderr, "hunter2secret") {
+				t.Errorf("the URL's password appears in the output:\n%s", r)
+			}
+		}
+	}
 }
 
 func TestRunRefusesWithoutCredentials(t *testing.T) {
@@ -297,7 +325,9 @@ func TestRecordAndMigrateRefuseBadFlags(t *testing.T) {
 		{[]string{"migrate", "--log-format", "xml"}, "--log-format"},
 		{[]string{"migrate", "--down-to", "x"}, "-down-to"},
 		{[]string{"record", "--file", filepath.Join(t.TempDir(), "missing.jsonl")}, "--file"},
-		{[]string{"record", "extra"}, `unexpected argument "extra"`},
+		{[]string{"record", "extra"}, `FILE: open extra: no such file`},
+		{[]string{"record", "a.json", "b.json"}, `unexpected argument "b.json": this command takes one FILE at most`},
+		{[]string{"record", "a.json", "--file", "b.json"}, "give the input as FILE or as --file, not both"},
 		{[]string{"record", "--providers", "fax"}, "fax"},
 		{[]string{"record", "--stripe-api-base", "::nope"}, "--stripe-api-base"},
 	} {

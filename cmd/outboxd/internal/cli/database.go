@@ -18,20 +18,58 @@ import (
 // is set: the local server, as on a developer's machine.
 const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-func registerDatabaseFlag(fs *flag.FlagSet, env Env, target *string) {
-	def := env.Getenv("DATABASE_URL")
-	if def == "" {
-		def = DefaultDatabaseURL
+// databaseURL is the --database-url flag: the URL, and where it came from
+// (the flag, OUTBOXD_DATABASE_URL, DATABASE_URL or the default), so that
+// an error about it names what the user set.
+type databaseURL struct {
+	url    string
+	source string
+}
+
+func (d *databaseURL) String() string { return d.url }
+
+// Set is the command line's --database-url; applyEnv then says when the
+// value came from OUTBOXD_DATABASE_URL instead (setSource).
+func (d *databaseURL) Set(v string) error {
+	d.url, d.source = v, "--database-url"
+	return nil
+}
+
+func (d *databaseURL) setSource(variable string) { d.source = variable }
+
+// registerDatabaseFlag registers --database-url, whose default is
+// DATABASE_URL, else DefaultDatabaseURL.
+func registerDatabaseFlag(fs *flag.FlagSet, env Env, target *databaseURL) {
+	*target = databaseURL{url: env.Getenv("DATABASE_URL"), source: "DATABASE_URL"}
+	if target.url == "" {
+		*target = databaseURL{url: DefaultDatabaseURL, source: "the default database URL"}
 	}
-	fs.StringVar(target, "database-url", def, "PostgreSQL URL (env DATABASE_URL)")
+	fs.Var(target, "database-url", "PostgreSQL `URL` (env DATABASE_URL)")
+}
+
+// config parses the URL; an invalid one is a usage error naming where it
+// came from, without the password pgx would echo.
+func (d databaseURL) config() (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(d.url)
+	if err != nil {
+		return nil, usageErrorf("%s is not a valid PostgreSQL URL: %v", d.source, redactURLError(err))
+	}
+	return cfg, nil
+}
+
+// check refuses an invalid URL before a command hands it to a package
+// that would report it without saying where it came from.
+func (d databaseURL) check() error {
+	_, err := d.config()
+	return err
 }
 
 // openPool connects to the database and checks it answers, so a wrong URL
 // fails at start with a clear message. The password is never printed.
-func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+func openPool(ctx context.Context, db databaseURL, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := db.config()
 	if err != nil {
-		return nil, usageErrorf("--database-url is not a valid PostgreSQL URL: %v", redactURLError(err))
+		return nil, err
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
@@ -53,10 +91,10 @@ func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, e
 // dispatcher rides the same out, instead of exiting at start. Every other
 // error (a wrong URL, a password, a database that does not exist) fails at
 // once.
-func openPoolWaiting(ctx context.Context, url string, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
+func openPoolWaiting(ctx context.Context, db databaseURL, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
 	wait := time.Second
 	for {
-		pool, err := openPool(ctx, url, maxConns)
+		pool, err := openPool(ctx, db, maxConns)
 		var pgErr *pgconn.PgError
 		if err == nil || !errors.As(err, &pgErr) || (pgErr.Code != "53300" && pgErr.Code != "57P03") {
 			return pool, err
@@ -75,8 +113,8 @@ func openPoolWaiting(ctx context.Context, url string, maxConns int32, logger *sl
 // outbox's tables: a database whose outbox schema is missing or not
 // current is refused with one error naming `outboxd migrate`, before the
 // command reads any input or writes anything.
-func openMigratedPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
-	pool, err := openPool(ctx, url, maxConns)
+func openMigratedPool(ctx context.Context, db databaseURL, maxConns int32) (*pgxpool.Pool, error) {
+	pool, err := openPool(ctx, db, maxConns)
 	if err != nil {
 		return nil, err
 	}

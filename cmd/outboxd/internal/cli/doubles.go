@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
@@ -20,13 +18,32 @@ const (
 	defaultSendGridDoubleAddr = "127.0.0.1:12112"
 )
 
-func runDoubles(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("doubles", "doubles [flags]", `
+// doublesHelp is what 'outboxd doubles --help' says the command does.
+const doublesHelp = `
 Serves local doubles of Stripe and SendGrid for development: the real
 stripe-go and sendgrid-go clients (and so 'outboxd run') talk to them
 unchanged. The Stripe double honours idempotency keys as Stripe does; the
 SendGrid double keeps no idempotency, like SendGrid. Both count the effects
 they performed, served as JSON at /_double/stats.
+
+Both also answer the look-ups that 'outboxd intents show' tells an operator
+to run for an in_doubt intent, so checking one at its provider can be
+rehearsed locally (with the doubles' keys printed below):
+
+  SendGrid's Email Activity API, GET /v3/messages?query=..., with the
+  "search for" line of a sendgrid.email intent's 'how to check':
+    curl -G -H "Authorization: Bearer SG.double-key" \
+      --data-urlencode "query=unique_args['outbox_key']=\"KEY\"" \
+      "$SENDGRID_API_BASE/v3/messages"
+  (the double understands unique_args['NAME']="VALUE" and
+  to_email="ADDRESS" joined by AND, and answers at once: SendGrid's feed
+  lags by minutes);
+
+  Stripe's search, GET /v1/payment_intents/search?query=..., with the
+  "search for" line of a Stripe intent's 'how to check':
+    curl -G -H "Authorization: Bearer sk_test_double" \
+      --data-urlencode "query=metadata['outbox_key']:'KEY'" \
+      "$STRIPE_API_BASE/v1/payment_intents/search"
 
 With --fault-rate, that share of effect-causing requests (payments, emails)
 fails the way real providers do, spread evenly over: response lost after
@@ -34,8 +51,11 @@ acting, 500 after acting, 500 before acting, 429, and a one-second delay.
 --seed makes the faults repeatable.
 
 Prints the environment to export so that 'outboxd run' uses the doubles, then
-serves until SIGINT or SIGTERM. Everything lives in memory and is lost at
-exit.`, env)
+serves until SIGINT or SIGTERM (Ctrl-C), and prints what the doubles
+performed. Everything lives in memory and is lost at exit.`
+
+func runDoubles(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("doubles", "doubles [flags]", doublesHelp, env)
 	stripeAddr := fs.String("stripe-addr", defaultStripeDoubleAddr, "address the Stripe double listens on (host:port; port 0 picks a free one)")
 	sendgridAddr := fs.String("sendgrid-addr", defaultSendGridDoubleAddr, "address the SendGrid double listens on (host:port; port 0 picks a free one)")
 	faultRate := fs.Float64("fault-rate", 0, "share of effect-causing requests that get a fault, from 0 to 1, spread evenly over the fault kinds")
@@ -56,7 +76,7 @@ exit.`, env)
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
 	sb, err := sandbox.Start(&sandbox.Config{StripeAddr: *stripeAddr, SendGridAddr: *sendgridAddr, StripeFaults: stripeFaults, SendGridFaults: sendgridFaults})
 	var de *sandbox.DoubleError

@@ -142,7 +142,7 @@ func parseID(s string) (int64, bool) {
 // rule of every provider that needs no connection to redact (stripe,
 // sendgrid, rabbitmq; no credentials needed) and its pool, to close when
 // done. Payloads of other kinds are hidden entirely.
-func openStore(ctx context.Context, dbURL string, env Env) (*audit.Store, *pgxpool.Pool, error) {
+func openStore(ctx context.Context, dbURL databaseURL, env Env) (*audit.Store, *pgxpool.Pool, error) {
 	pf := providerFlags{enabled: "stripe,sendgrid,rabbitmq", stripeBase: stripeprovider.DefaultBaseURL, sendgridBase: sendgridprovider.DefaultBaseURL}
 	registry, err := pf.registry(ctx, env, false, nil, nil)
 	if err != nil {

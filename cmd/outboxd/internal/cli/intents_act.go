@@ -14,7 +14,7 @@ import (
 
 // actionFlags are the flags every operator action takes.
 type actionFlags struct {
-	dbURL       string
+	dbURL       databaseURL
 	actor       string
 	reason      *string
 	expectState *string

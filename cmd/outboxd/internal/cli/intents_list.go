@@ -66,7 +66,7 @@ Examples:
   outboxd intents list --state in_doubt
   outboxd intents list --state pending,dispatching --since 24h
   outboxd intents list --reference order-42 --json`, env)
-	var dbURL string
+	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
 	ff := registerFilterFlags(fs)
 	limit := fs.Int("limit", audit.DefaultPageSize, fmt.Sprintf("intents per page, 1 to %d", audit.MaxPageSize))

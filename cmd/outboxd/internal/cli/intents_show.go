@@ -36,7 +36,7 @@ log (who, when, why) and changes nothing else.
 Examples:
   outboxd intents show 42
   outboxd intents show 42 --reveal --reason "ticket 881: look up the recipient in SendGrid"`, env)
-	var dbURL string
+	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
 	asJSON := fs.Bool("json", false, `print the intent as JSON: {"intent": {...}, "attempts": [...], "events": [...], "how_to_check": {...}}`)
 	reveal := fs.Bool("reveal", false, "show the payload unredacted; needs --reason, and is recorded in the event log")

@@ -12,7 +12,7 @@ func runMigrate(ctx context.Context, args []string, env Env) error {
 Creates or upgrades River's tables and the outbox's tables in the database.
 Running it again is a no-op; two processes running it at once are serialised
 by an advisory lock. --down-to rolls the outbox's tables back (River's stay).`, env)
-	var dbURL string
+	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
 	downTo := fs.Int("down-to", -1, "roll the outbox schema back to this version (0 removes it); -1 migrates up")
 	var logs logFlags

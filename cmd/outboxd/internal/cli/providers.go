@@ -78,6 +78,24 @@ func (w *webhookEndpoints) Set(v string) error {
 	return nil
 }
 
+// registerForRecording registers the provider flags that change what
+// recording accepts: which kinds, the webhook endpoints a payload may
+// name, and where the nats provider connects. The others (base URLs,
+// reconciliation, key windows, timeouts) only matter to a dispatcher.
+func (p *providerFlags) registerForRecording(fs *flag.FlagSet, env Env) {
+	fs.StringVar(&p.enabled, "providers", "stripe,sendgrid", "comma-separated providers whose intent kinds are accepted (each payload is validated by its provider; nothing is called): "+knownProviders)
+	fs.StringVar(&p.natsURL, "nats-url", envOr(env, "NATS_URL", DefaultNATSURL), "NATS server the nats provider connects to, with --providers nats (env NATS_URL)")
+	fs.Var(&p.webhooks, "webhook", "a webhook endpoint NAME=URL (repeatable) that webhook.post payloads may name, with --providers webhook; its URL is not called when recording")
+	p.webhookTimeout = webhookprovider.DefaultTimeout
+}
+
+func envOr(env Env, name, def string) string {
+	if v := env.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 func (p *providerFlags) register(fs *flag.FlagSet, env Env) {
 	fs.StringVar(&p.enabled, "providers", "stripe,sendgrid", "comma-separated providers whose intent kinds are accepted and performed: "+knownProviders)
 	stripeBase := env.Getenv("STRIPE_API_BASE")
@@ -251,6 +269,48 @@ func (p *providerFlags) buildWebhook(env Env, needKeys bool, client *http.Client
 		return nil, usageErrorf("--webhook: %v", err)
 	}
 	return wp, nil
+}
+
+// providerOfKind is the provider that performs each built-in kind.
+var providerOfKind = map[string]string{
+	stripeprovider.KindPaymentIntent: stripeprovider.Name,
+	stripeprovider.KindRefund:        stripeprovider.Name,
+	stripeprovider.KindCapture:       stripeprovider.Name,
+	stripeprovider.KindCancel:        stripeprovider.Name,
+	sendgridprovider.KindEmail:       sendgridprovider.Name,
+	jetstreamprovider.KindPublish:    jetstreamprovider.Name,
+	amqpprovider.KindPublish:         amqpprovider.Name,
+	webhookprovider.KindPost:         webhookprovider.Name,
+}
+
+// unknownKindHint says what to do about a kind no enabled provider
+// performs: the kind of a provider --providers leaves out names the flag
+// that enables it; a kind no provider knows, the built-in kind it may be a
+// typo of.
+func (p *providerFlags) unknownKindHint(kind string) string {
+	if _, ok := providerOfKind[kind]; ok {
+		return p.enableHint(kind)
+	}
+	m := closest(kind, slices.Collect(maps.Keys(providerOfKind)))
+	if m == "" {
+		return ""
+	}
+	hint := fmt.Sprintf("did you mean %q?", m)
+	if enabled := strings.Split(strings.ReplaceAll(p.enabled, " ", ""), ","); !slices.Contains(enabled, providerOfKind[m]) {
+		hint += " " + p.enableHint(m)
+	}
+	return hint
+}
+
+// enableHint names the flag that enables the provider of kind.
+func (p *providerFlags) enableHint(kind string) string {
+	name := providerOfKind[kind]
+	enabled := strings.Join(strings.Fields(strings.ReplaceAll(p.enabled, ",", " ")), ",")
+	hint := fmt.Sprintf("%s is the %s provider's, which --providers does not enable: add it (--providers %s,%s)", kind, name, enabled, name)
+	if name == webhookprovider.Name {
+		hint += " with the endpoints as --webhook NAME=URL"
+	}
+	return hint
 }
 
 // close releases the providers' connections.

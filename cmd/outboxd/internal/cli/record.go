@@ -5,20 +5,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/internal/termtext"
 )
-
-// maxRecordValue bounds one input line and one JSON value; an intent's
-// payload is bounded far lower by intents.DefaultMaxPayloadBytes.
-const maxRecordValue = 4 << 20
 
 // recordSummary is what `outboxd record` reports.
 type recordSummary struct {
@@ -31,15 +26,19 @@ type recordSummary struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 }
 
-func runRecord(ctx context.Context, args []string, env Env) error {
-	fs := newFlagSet("record", "record [flags]", `
-Reads messages as a stream of JSON values (one per line, or pretty-printed
-over several lines, one after another) and records each exactly as
+// recordHelp is what 'outboxd record --help' says the command does.
+const recordHelp = `
+Reads messages from FILE, or from standard input when FILE is - or not
+given, as a stream of JSON values (one per line, or pretty-printed over
+several lines, one after another) and records each exactly as
 intents.Consume would: the processed marker and the message's intents
 commit together, a message already recorded for its consumer is absorbed
 as a duplicate, and a bad value is reported with its number and the line
 it starts on, and nothing of it is written. The door for scripts,
 backfills and producers not written in Go.
+
+  outboxd record messages.json
+  jq -c '.[]' orders.json | outboxd record
 
 Each value:
   {"message_id": "order-42", "consumer": "billing",
@@ -57,22 +56,39 @@ stream performed one intent at a time ("ordering_key"):
 A pretty-printed value must start its lines after the first indented, as
 jq and every JSON printer do: a line starting with '{' begins a new value.
 The database must be migrated (outboxd migrate); it is checked before any
-input is read.
+input is read. Recording only validates each payload with its provider:
+no provider is called and no API key is needed.
 
 Exits 1 if any value was bad (the good ones are recorded). Interrupted
 (Ctrl-C, SIGTERM), it stops after the value in hand and prints what was
-recorded so far; feeding the same input again is safe: what was recorded
-is absorbed as duplicates.`, env)
-	var dbURL string
+recorded so far (a second Ctrl-C exits at once); feeding the same input
+again is safe: what was recorded is absorbed as duplicates.`
+
+func runRecord(ctx context.Context, args []string, env Env) error {
+	fs := newFlagSet("record", "record [flags] [FILE]", recordHelp, env)
+	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
-	file := fs.String("file", "-", "input file of JSON values; - reads stdin")
+	file := fs.String("file", "-", "input file of JSON values, as FILE; - reads stdin")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
+	var maxPayload int
+	registerPayloadFlag(fs, &maxPayload)
 	var pf providerFlags
-	pf.register(fs, env)
-	if err := parse(fs, args, env); err != nil {
+	pf.registerForRecording(fs, env)
+	operand, err := parseWithOperand(fs, args, env, "FILE")
+	if err != nil {
 		return err
 	}
-	in, closeInput, err := openInput(*file, env)
+	if err := checkPayloadFlag(maxPayload); err != nil {
+		return err
+	}
+	givenAs := "--file"
+	if operand != "" {
+		if flagGiven(fs, "file") {
+			return usageErrorf("give the input as FILE or as --file, not both")
+		}
+		*file, givenAs = operand, "FILE"
+	}
+	in, closeInput, err := openInput(*file, givenAs, env)
 	if err != nil {
 		return err
 	}
@@ -82,19 +98,24 @@ is absorbed as duplicates.`, env)
 		return err
 	}
 	defer pf.close()
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
 	pool, err := openMigratedPool(ctx, dbURL, 4)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	client, err := intents.NewClient(pool, &intents.Config{Providers: registry})
+	client, err := intents.NewClient(pool, &intents.Config{Providers: registry, MaxPayloadBytes: maxPayload})
 	if err != nil {
 		return err
 	}
 
-	summary, err := recordValues(ctx, ingest.New(client, nil), in, env.Stderr)
+	if *file == "-" && isTerminal(env.Stdin) {
+		// Nothing typed yet looks like a hang: say what is awaited.
+		fmt.Fprintln(env.Stderr, "Reading messages from the terminal: type or paste JSON values, then Ctrl-D to end (or give a FILE: outboxd record messages.json).")
+	}
+	recorder := ingest.New(client, nil).WithUnknownKindHint(pf.unknownKindHint)
+	summary, err := recordValues(ctx, recorder, in, ingest.MaxMessageBytes(maxPayload), env.Stderr)
 	if err := printRecordSummary(env.Stdout, summary, *asJSON); err != nil {
 		return err
 	}
@@ -107,16 +128,25 @@ is absorbed as duplicates.`, env)
 	return nil
 }
 
-// openInput opens --file, or stdin for "-".
-func openInput(file string, env Env) (in io.Reader, closeInput func(), err error) {
+// openInput opens the input file, or stdin for "-"; an error names how
+// the file was given (FILE or --file).
+func openInput(file, givenAs string, env Env) (in io.Reader, closeInput func(), err error) {
 	if file == "-" {
 		return env.Stdin, func() {}, nil
 	}
 	f, err := os.Open(file)
 	if err != nil {
-		return nil, nil, usageErrorf("--file: %v", err)
+		return nil, nil, usageErrorf("%s: %v", givenAs, err)
 	}
 	return f, func() { f.Close() }, nil
+}
+
+// flagGiven reports whether the flag named name was set, on the command
+// line or through its OUTBOXD_ variable.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 func printRecordSummary(w io.Writer, summary recordSummary, asJSON bool) error {
@@ -130,10 +160,11 @@ func printRecordSummary(w io.Writer, summary recordSummary, asJSON bool) error {
 }
 
 // recordValues records every value read from in and reports each bad one
-// on progress. It stops at the first error that is not about a value (the
-// database, the input), and when ctx is cancelled, returning the summary so
+// on progress. A value may take maxValue bytes. It stops at the first
+// error that is not about a value (the database, the input, a value too
+// long to cut out), and when ctx is cancelled, returning the summary so
 // far with the error.
-func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, progress io.Writer) (recordSummary, error) {
+func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, maxValue int, progress io.Writer) (recordSummary, error) {
 	var s recordSummary
 	// The input is read in its own goroutine so that an interrupt is
 	// noticed while a read from a terminal or a pipe blocks.
@@ -142,7 +173,7 @@ func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, 
 	defer stopReading()
 	go func() {
 		defer close(values)
-		scanJSONValues(in, func(v jsonValue) bool {
+		scanJSONValues(in, maxValue, func(v jsonValue) bool {
 			select {
 			case values <- v:
 				return true
@@ -221,10 +252,10 @@ type jsonValue struct {
 // still open starts a new value (the open one is reported incomplete), and
 // anything at the top level that is not an object or an array runs to the
 // end of its line.
-func scanJSONValues(in io.Reader, emit func(jsonValue) bool) {
+func scanJSONValues(in io.Reader, maxValue int, emit func(jsonValue) bool) {
 	scanner := bufio.NewScanner(in)
-	scanner.Buffer(make([]byte, 64<<10), maxRecordValue)
-	c := &valueCutter{emit: emit}
+	scanner.Buffer(make([]byte, min(64<<10, maxValue)), maxValue)
+	c := &valueCutter{emit: emit, max: maxValue}
 	for scanner.Scan() {
 		if !c.cutLine(scanner.Bytes()) {
 			return
@@ -237,6 +268,7 @@ func scanJSONValues(in io.Reader, emit func(jsonValue) bool) {
 // the value still open, and where the scan is in it.
 type valueCutter struct {
 	emit     func(jsonValue) bool
+	max      int // bytes a value may take
 	lineNo   int
 	buf      []byte // the open value so far
 	start    int    // the line it starts on
@@ -254,7 +286,7 @@ func (c *valueCutter) reset() { c.buf, c.depth, c.inString, c.escaped = nil, 0, 
 
 // cutLine reads the next line, emitting every value that ends on it. It
 // returns false once the scan must stop: emit said so, or the open value
-// grew longer than maxRecordValue.
+// grew longer than c.max.
 func (c *valueCutter) cutLine(line []byte) bool {
 	c.lineNo++
 	if c.depth > 0 && len(line) > 0 && line[0] == '{' {
@@ -278,8 +310,8 @@ func (c *valueCutter) cutLine(line []byte) bool {
 	}
 	if c.depth > 0 {
 		c.buf = append(c.buf, '\n')
-		if len(c.buf) > maxRecordValue {
-			c.send(jsonValue{fatal: fmt.Errorf("the value starting at line %d: longer than %d bytes", c.start, maxRecordValue)})
+		if len(c.buf) > c.max {
+			c.send(jsonValue{fatal: fmt.Errorf("the value starting at line %d: longer than %d bytes, %s", c.start, c.max, messageLimit)})
 			return false
 		}
 	}
@@ -334,7 +366,7 @@ func (c *valueCutter) inside(b byte) bool {
 func (c *valueCutter) end(err error) {
 	if err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("line %d: longer than %d bytes", c.lineNo+1, maxRecordValue)
+			err = fmt.Errorf("line %d: longer than %d bytes, %s", c.lineNo+1, c.max, messageLimit)
 		} else {
 			err = fmt.Errorf("read input: %w", err)
 		}
@@ -345,6 +377,9 @@ func (c *valueCutter) end(err error) {
 		c.send(jsonValue{line: c.start, bad: errors.New("incomplete JSON value: the input ended before it did")})
 	}
 }
+
+// messageLimit says where a value's limit comes from.
+var messageLimit = fmt.Sprintf("the most a message may take (%d times --max-payload-bytes)", ingest.MessageBytesPerPayload)
 
 // plural is "1 value", "2 values".
 func plural(n int, noun string) string {

@@ -51,7 +51,7 @@ func TestRecordTakesAStreamOfJSONValuesAndNamesTheBadOneAndItsLine(t *testing.T)
 		t.Fatalf("record of a stream with bad values: %s; want exit 1", r)
 	}
 	wantContains(t, "stderr", r.stderr,
-		fmt.Sprintf(`value 2 (line %d): intent 0 (stripe.payment_intent): invalid stripe.payment_intent payload: field "amount"`, badLine),
+		fmt.Sprintf(`value 2 (line %d): message "p-2": the 1st intent (stripe.payment_intent): invalid stripe.payment_intent payload: field "amount"`, badLine),
 		fmt.Sprintf("value 6 (line %d): incomplete JSON value: line %d starts a new value", fifthLine, fifthLine+2),
 		"2 bad values")
 	wantContains(t, "stdout", r.stdout, fmt.Sprintf("7 values (%d lines): 4 messages recorded with 4 intents, 1 duplicate absorbed, 2 bad values", fifthLine+2))

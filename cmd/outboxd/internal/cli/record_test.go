@@ -16,6 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/adminhttp"
+	"github.com/outboxkit/outbox/internal/ingest"
+	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
@@ -89,8 +92,8 @@ func TestRecordReportsBadLinesAndWritesNothingOfThem(t *testing.T) {
 		/* 7 */ {line("order-7", "billing", intent("fax.send", "", `{"to": "+15555550100"}`)), `"fax.send"`},
 		/* 8 */ {line("order-8", "billing", intent(stripeKind, "", `{"amount": -5, "currency": "usd"}`)), `"amount"`},
 		/* 9 */ {line("order-9", "billing"), `"intents" is missing or empty`},
-		/* 10 */ {line("order-10", "billing", `{"kind": "sendgrid.email", "name": "receipt"}`), `"payload" is missing`},
-		/* 11 */ {line("order-11", "billing", intent(stripeKind, "payment", paymentPayload), intent(sendgridKind, "receipt", `{"from": {"email": "shop@example.com"}, "to": [], "subject": "s", "text": "t"}`)), `"to"`},
+		/* 10 */ {line("order-10", "billing", `{"kind": "sendgrid.email", "name": "receipt"}`), `message "order-10": the 1st intent (sendgrid.email "receipt"): "payload" is missing`},
+		/* 11 */ {line("order-11", "billing", intent(stripeKind, "payment", paymentPayload), intent(sendgridKind, "receipt", `{"from": {"email": "shop@example.com"}, "to": [], "subject": "s", "text": "t"}`)), `message "order-11": the 2nd intent (sendgrid.email "receipt"): `},
 		/* 12 */ {"", ""}, // blank lines are skipped
 		/* 13 */ {`{"message_id": "order-13", "consumer": "billing", "intents": []} {"x": 1}`, `"intents" is missing or empty`}, // two values, both bad
 		/* 14 */ {line("order-14", "shipping", intent(sendgridKind, "", emailPayload)), ""},
@@ -221,6 +224,19 @@ func TestRecordJSONSummaryAndFile(t *testing.T) {
 		t.Errorf("markers = %v", got.markers)
 	}
 
+	// So does FILE, before or after the flags, and - is stdin.
+	for i, args := range [][]string{{"record", path, "--json"}, {"record", "--json", path}, {"record", "--json", "-"}} {
+		stdin := "this stdin must not be read\n"
+		if args[len(args)-1] == "-" {
+			stdin = content
+		}
+		r = outboxd(t, invocation{env: env, stdin: stdin, args: args})
+		summary = nil
+		if err := json.Unmarshal([]byte(r.stdout), &summary); r.code != 0 || err != nil || summary["values"] != 2 || summary["duplicates_absorbed"] != 2 {
+			t.Errorf("outboxd %q (run %d): %s; want both values absorbed as duplicates", args, i, r)
+		}
+	}
+
 	r = outboxd(t, invocation{env: env, args: []string{"record", "--file", filepath.Join(t.TempDir(), "missing.jsonl")}})
 	if r.code != 2 {
 		t.Errorf("record --file with a missing file: %s; want exit 2", r)
@@ -338,5 +354,93 @@ func TestRecordRefusesBadBytesAndWritesNothingOfThem(t *testing.T) {
 	got := countRows(t, pool)
 	if fmt.Sprint(got.markers) != fmt.Sprint(wantMarkers) || len(got.intents) != good || got.queued != good {
 		t.Errorf("rows = %+v; want only the good lines' markers %v, one intent and job each", got, wantMarkers)
+	}
+}
+
+// TestRecordSaysHowToEnableTheProviderOfAnUnknownKind: a kind of a provider
+// --providers leaves out is refused naming the flag that enables it, and a
+// mistyped kind with the built-in kind it may mean.
+func TestRecordSaysHowToEnableTheProviderOfAnUnknownKind(t *testing.T) {
+	t.Parallel()
+	_, dbURL := pgtest.NewDB(t)
+	env := map[string]string{"DATABASE_URL": dbURL}
+	for _, tc := range []struct {
+		args []string
+		kind string
+		want []string
+	}{
+		{nil, "webhook.post", []string{`unknown intent kind "webhook.post"`, "webhook.post is the webhook provider's, which --providers does not enable: add it (--providers stripe,sendgrid,webhook) with the endpoints as --webhook NAME=URL"}},
+		{nil, "nats.publish", []string{"add it (--providers stripe,sendgrid,nats)"}},
+		{[]string{"--providers", "sendgrid"}, "stripe.refund", []string{"add it (--providers sendgrid,stripe)"}},
+		{nil, "stripe.paymnet_intent", []string{`did you mean "stripe.payment_intent"?`}},
+		{[]string{"--providers", "sendgrid"}, "stripe.paymnet_intent", []string{`did you mean "stripe.payment_intent"? stripe.payment_intent is the stripe provider's, which --providers does not enable: add it (--providers sendgrid,stripe)`}},
+	} {
+		r := outboxd(t, invocation{env: env, stdin: line("m-"+tc.kind, "billing", intent(tc.kind, "", `{}`)), args: append([]string{"record"}, tc.args...)})
+		if r.code != 1 {
+			t.Errorf("record of a %s intent with %v: %s; want exit 1", tc.kind, tc.args, r)
+		}
+		wantContains(t, "record of a "+tc.kind+" intent", r.stderr, tc.want...)
+	}
+	r := outboxd(t, invocation{env: env, stdin: line("m-fax", "billing", intent("fax.send", "", `{}`)), args: []string{"record"}})
+	if strings.Contains(r.stderr, "did you mean") || strings.Contains(r.stderr, "--providers") {
+		t.Errorf("a kind no provider knows got a hint: %s", r)
+	}
+}
+
+// TestRecordsHelpListsOnlyTheFlagsThatChangeWhatItDoes: recording calls no
+// provider, so the flags that only configure calls (base URLs,
+// reconciliation, key windows, timeouts) are not offered, and FILE is.
+func TestRecordsHelpListsOnlyTheFlagsThatChangeWhatItDoes(t *testing.T) {
+	t.Parallel()
+	r := outboxd(t, invocation{args: []string{"record", "--help"}})
+	wantContains(t, "record --help", r.stdout, "Usage: outboxd record [flags] [FILE]", "--providers", "--webhook value", "--nats-url", "--database-url", "--json", "no API key is needed")
+	for _, flag := range []string{"--stripe-api-base", "--sendgrid-api-base", "--sendgrid-reconcile", "--nats-stream", "--nats-key-window", "--webhook-idempotency-header", "--webhook-key-window", "--webhook-timeout"} {
+		if strings.Contains(r.stdout, flag) {
+			t.Errorf("record --help lists %s, which does nothing when recording:\n%s", flag, r.stdout)
+		}
+	}
+}
+
+// TestThePayloadLimitIsOneSettingTheMessageLimitsFollow: --max-payload-bytes
+// (or OUTBOXD_MAX_PAYLOAD_BYTES) is the one limit: it bounds each payload,
+// and a record value may take ingest.MessageBytesPerPayload times it; the
+// default is the admin API's body limit the same way.
+func TestThePayloadLimitIsOneSettingTheMessageLimitsFollow(t *testing.T) {
+	t.Parallel()
+	if got := ingest.MaxMessageBytes(intents.DefaultMaxPayloadBytes); got != adminhttp.DefaultMaxBodyBytes {
+		t.Errorf("the default payload limit makes messages of %d bytes; the admin API takes %d", got, adminhttp.DefaultMaxBodyBytes)
+	}
+	_, dbURL := pgtest.NewDB(t)
+	env := map[string]string{"DATABASE_URL": dbURL}
+	email := func(id string, textBytes int) string {
+		return line(id, "billing", intent("sendgrid.email", "", fmt.Sprintf(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": %q}`, strings.Repeat("x", textBytes))))
+	}
+
+	r := outboxd(t, invocation{env: env, stdin: email("big-1", 100<<10), args: []string{"record"}})
+	if r.code != 1 {
+		t.Errorf("record of a 100 KiB payload with the default limit: %s; want exit 1", r)
+	}
+	wantContains(t, "stderr", r.stderr, "payload too large", "the limit is 65536 (outboxd's --max-payload-bytes)")
+	for _, in := range []invocation{
+		{env: env, stdin: email("big-2", 100<<10), args: []string{"record", "--max-payload-bytes", "200000"}},
+		{env: vars(env, "OUTBOXD_MAX_PAYLOAD_BYTES", "200000"), stdin: email("big-3", 100<<10), args: []string{"record"}},
+	} {
+		if r := outboxd(t, in); r.code != 0 || !strings.Contains(r.stdout, "1 message recorded") {
+			t.Errorf("record of a 100 KiB payload with %v %v: %s; want it recorded", in.args, in.env, r)
+		}
+	}
+
+	// A value may take 16 times the payload limit: with 1000, 16000 bytes.
+	r = outboxd(t, invocation{env: env, stdin: email("long", 20000) + "\n", args: []string{"record", "--max-payload-bytes", "1000"}})
+	if r.code != 1 {
+		t.Errorf("record of a 20000-byte value with a 1000-byte payload limit: %s; want exit 1", r)
+	}
+	wantContains(t, "stderr", r.stderr, "line 1: longer than 16000 bytes, the most a message may take (16 times --max-payload-bytes)")
+
+	for _, bad := range []string{"0", "-1", "33554433", "lots"} {
+		r := outboxd(t, invocation{env: env, args: []string{"record", "--max-payload-bytes", bad}})
+		if r.code != 2 || !strings.Contains(r.stderr, "--max-payload-bytes") {
+			t.Errorf("record --max-payload-bytes %s: %s; want exit 2 naming the flag", bad, r)
+		}
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,6 +21,7 @@ import (
 	"github.com/outboxkit/outbox/dispatcher/metrics"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/audit"
+	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/migrations"
 	"github.com/outboxkit/outbox/providers"
 )
@@ -60,7 +59,7 @@ func runDispatcher(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(ctx, env)
 	defer stop()
 	pool, err := openPoolWaiting(ctx, f.dbURL, int32(f.workers+10), logger)
 	if err != nil {
@@ -81,7 +80,8 @@ func runDispatcher(ctx context.Context, args []string, env Env) error {
 	// read for this one's) fails the start, with nothing done.
 	admin, err := startAdmin(ctx, adminParams{
 		addr: f.adminAddr, token: adminToken, tlsTerminated: f.adminTLSTerminated,
-		pool: pool, registry: registry, metrics: outboxMetrics,
+		pool: pool, registry: registry, metrics: outboxMetrics, kindHint: f.providers.unknownKindHint,
+		maxPayloadBytes: f.maxPayloadBytes,
 		// /metrics serves the outbox's metrics, the database gauges, Go
 		// and process.
 		gatherer: outboxMetrics.Registry(), logger: logger,
@@ -95,7 +95,7 @@ func runDispatcher(ctx context.Context, args []string, env Env) error {
 
 // runFlags are the flags of outboxd run.
 type runFlags struct {
-	dbURL              string
+	dbURL              databaseURL
 	providers          providerFlags
 	workers            int
 	maxAttempts        int
@@ -114,6 +114,7 @@ type runFlags struct {
 	grace              time.Duration
 	dedupWindow        time.Duration
 	auditRetention     time.Duration
+	maxPayloadBytes    int
 	adminAddr          string
 	adminTLSTerminated bool
 	logs               logFlags
@@ -140,12 +141,14 @@ Credentials come from the environment, never from flags:
 
 The admin server (--admin-addr, default 127.0.0.1:8080) serves the
 dashboard, the JSON API under /api/v1/, /healthz, /readyz, /metrics and
-River's UI under /riverui/. If the default address is taken (another
-'outboxd run' on this host), run goes on without it and logs a warning.
+River's UI under /riverui/. The address must be free: if it is taken
+(another 'outboxd run' on this host, whose dashboard would be read for
+this one's), run stops before dispatching anything; set --admin-addr to
+another address, or to empty to run without the admin server.
 
 Stops gracefully on SIGINT or SIGTERM: no new attempts start, attempts in
 flight record their outcome, for at most --shutdown-grace; spans not yet
-exported are then flushed.
+exported are then flushed. A second SIGINT or SIGTERM exits at once.
 `+tracingHelp, env)
 	registerDatabaseFlag(fs, env, &f.dbURL)
 	f.providers.register(fs, env)
@@ -168,6 +171,7 @@ exported are then flushed.
 	fs.DurationVar(&f.auditRetention, "audit-retention", dispatcher.DefaultAuditRetention, "how long succeeded, failed and cancelled intents are kept after they finish, with their attempts and events (in_doubt and unfinished ones are kept until they finish)")
 	fs.StringVar(&f.adminAddr, "admin-addr", adminhttp.DefaultAddr, "listen address of the admin server (dashboard, JSON API, /metrics, /healthz, /readyz, /riverui/); empty disables it; an address that is not loopback needs "+adminTokenEnv)
 	fs.BoolVar(&f.adminTLSTerminated, "admin-tls-terminated", false, "browsers reach the admin server over HTTPS through a proxy that terminates TLS: mark its session cookie Secure (it always is on a TLS request)")
+	registerPayloadFlag(fs, &f.maxPayloadBytes)
 	f.logs.register(fs)
 	return fs, f
 }
@@ -191,7 +195,7 @@ func (f *runFlags) validate() error {
 	if f.maxAttempts < 1 || f.maxAttempts > 90 {
 		return usageErrorf("--max-attempts must be between 1 and 90, got %d", f.maxAttempts)
 	}
-	return nil
+	return checkPayloadFlag(f.maxPayloadBytes)
 }
 
 // dispatcherConfig is the dispatcher's configuration from the flags,
@@ -316,8 +320,13 @@ type adminParams struct {
 	pool     *pgxpool.Pool
 	registry *providers.Registry
 	metrics  adminhttp.RecordObserver
-	gatherer prometheus.Gatherer
-	logger   *slog.Logger
+	// kindHint ends the API's error about a kind no enabled provider
+	// performs (providerFlags.unknownKindHint).
+	kindHint func(kind string) string
+	// maxPayloadBytes bounds the payloads the API records.
+	maxPayloadBytes int
+	gatherer        prometheus.Gatherer
+	logger          *slog.Logger
 	// tracerProvider traces the ingest API's recording; nil when off.
 	tracerProvider trace.TracerProvider
 
@@ -343,25 +352,33 @@ func startAdmin(ctx context.Context, p adminParams) (*runningAdmin, error) {
 		p.logger.InfoContext(ctx, "admin server disabled (--admin-addr is empty)")
 		return nil, nil
 	}
-	client, err := intents.NewClient(p.pool, &intents.Config{Providers: p.registry, Logger: p.logger, TracerProvider: p.tracerProvider})
+	client, err := intents.NewClient(p.pool, &intents.Config{Providers: p.registry, MaxPayloadBytes: p.maxPayloadBytes, Logger: p.logger, TracerProvider: p.tracerProvider})
 	if err != nil {
 		return nil, err
+	}
+	if m := ingest.MaxMessageBytes(p.maxPayloadBytes); m > adminhttp.MaxBodyBytesLimit {
+		// A message as large as the payload limit allows is more than the
+		// admin server reads into memory at once: say what it refuses.
+		p.logger.WarnContext(ctx, "the admin API refuses request bodies over its limit: messages larger than it must be recorded with outboxd record or from Go",
+			"api_body_limit", adminhttp.MaxBodyBytesLimit, "message_limit", m)
 	}
 	store, err := audit.New(p.pool, p.registry)
 	if err != nil {
 		return nil, err
 	}
 	srv, err := adminhttp.New(adminhttp.Config{
-		Version:     "outboxd " + Version(),
-		Addr:        p.addr,
-		Token:       p.token,
-		TokenSource: "the " + adminTokenEnv + " environment variable outboxd runs with",
-		Audit:       store,
-		Intents:     client,
-		Observer:    p.metrics,
-		Pool:        p.pool,
-		Gatherer:    p.gatherer,
-		Logger:      p.logger.With("component", "admin"),
+		Version:         "outboxd " + Version(),
+		Addr:            p.addr,
+		Token:           p.token,
+		TokenSource:     "the " + adminTokenEnv + " environment variable outboxd runs with",
+		Audit:           store,
+		Intents:         client,
+		Observer:        p.metrics,
+		UnknownKindHint: p.kindHint,
+		MaxBodyBytes:    min(ingest.MaxMessageBytes(p.maxPayloadBytes), adminhttp.MaxBodyBytesLimit),
+		Pool:            p.pool,
+		Gatherer:        p.gatherer,
+		Logger:          p.logger.With("component", "admin"),
 
 		TLSTerminated: p.tlsTerminated,
 	})

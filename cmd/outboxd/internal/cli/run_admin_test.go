@@ -60,7 +60,7 @@ var adminListening = regexp.MustCompile(`admin server listening.*addr=(127\.0\.0
 // metrics and the API next to the dispatcher, and stops with it.
 func TestRunServesTheAdminServer(t *testing.T) {
 	t.Parallel()
-	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", "127.0.0.1:0", "--admin-tls-terminated")...)
+	rd := startRun(t, secretStripeKey, append(fastRunFlags, "--admin-addr", "127.0.0.1:0", "--admin-tls-terminated", "--max-payload-bytes", "200000")...)
 	var base string
 	deadline := time.Now().Add(30 * time.Second)
 	for base == "" {
@@ -103,18 +103,7 @@ func TestRunServesTheAdminServer(t *testing.T) {
 		}
 	}
 
-	// A message posted to the API is recorded and performed.
-	resp, err := http.Post(base+"/api/v1/messages", "application/json",
-		strings.NewReader(line("order-77", "billing", intent("sendgrid.email", "", emailPayload))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("POST /api/v1/messages: %d, want 201", resp.StatusCode)
-	}
-	rd.waitForStates(t, 1, func(state string) bool { return state == "succeeded" })
-
+	postMessages(t, base, rd)
 	// outboxd healthcheck finds it, also through the environment variable
 	// run reads, with a wildcard host as in a container.
 	addr := strings.TrimPrefix(base, "http://")
@@ -148,6 +137,38 @@ func TestRunServesTheAdminServer(t *testing.T) {
 		t.Errorf("healthcheck after run stopped: %s; want exit 1 and one line", r)
 	}
 	wantContains(t, "healthcheck stderr", r.stderr, "unhealthy", addr)
+}
+
+// postMessages posts to the API of rd, a run with --max-payload-bytes
+// 200000: a message with a payload past the default limit is recorded and
+// performed, and a kind of a provider run does not enable is refused
+// naming the flag.
+func postMessages(t *testing.T, base string, rd *runningDispatcher) {
+	t.Helper()
+	// A message posted to the API is recorded and performed, with a
+	// payload past the default limit that --max-payload-bytes allows.
+	bigEmail := fmt.Sprintf(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": %q}`, strings.Repeat("x", 100<<10))
+	resp, err := http.Post(base+"/api/v1/messages", "application/json",
+		strings.NewReader(line("order-77", "billing", intent("sendgrid.email", "", bigEmail))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /api/v1/messages: %d, want 201", resp.StatusCode)
+	}
+	rd.waitForStates(t, 1, func(state string) bool { return state == "succeeded" })
+	// A kind of a provider run does not enable is refused naming the flag.
+	resp, err = http.Post(base+"/api/v1/messages", "application/json",
+		strings.NewReader(line("order-78", "billing", intent("webhook.post", "", `{"endpoint": "billing", "event": "paid", "data": {}}`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnprocessableEntity && resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "add it (--providers stripe,sendgrid,webhook)") {
+		t.Errorf("POST /api/v1/messages of a webhook.post: %d %s; want it refused naming --providers", resp.StatusCode, body)
+	}
 }
 
 // TestRunFailsWhenTheGivenAdminAddressIsTaken: the admin server's address

@@ -18,7 +18,7 @@ Counts intents by state and by kind, and shows how many are in_doubt (each
 waits for an operator: outboxd intents list --state in_doubt) and how old
 the oldest pending or dispatching intent is (a growing age means the
 dispatcher is behind or not running).`, env)
-	var dbURL string
+	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
 	asJSON := fs.Bool("json", false, `print the counts as JSON: {"total", "by_state", "by_kind_state", "in_doubt", "oldest_pending_age_seconds"}`)
 	if err := parse(fs, args, env); err != nil {

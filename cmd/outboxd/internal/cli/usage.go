@@ -52,7 +52,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		switch def {
 		case "", "0", "false", "0s", "[]":
 		default:
-			if typ == "string" {
+			if typ == "string" || typ == "URL" {
 				text += fmt.Sprintf(" (default %q)", def)
 			} else {
 				text += fmt.Sprintf(" (default %s)", def)
@@ -196,6 +196,7 @@ var configFlags = map[string]string{
 	"FetchLoops":           "--fetch-loops",
 	"DedupWindow":          "--dedup-window",
 	"AuditRetention":       "--audit-retention",
+	"MaxPayloadBytes":      "--max-payload-bytes",
 }
 
 var configField = func() *regexp.Regexp {

@@ -78,3 +78,33 @@ func TestVersion(t *testing.T) {
 		t.Error("Version is empty; want the build's version or dev")
 	}
 }
+
+// TestCommandListIsAligned: every summary in 'outboxd --help' and
+// 'outboxd intents --help' starts in one column, whatever the longest
+// command's name ('healthcheck' used to push its own out of line).
+func TestCommandListIsAligned(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--help"}, {"intents", "--help"}} {
+		r := outboxd(t, invocation{args: args})
+		_, list, ok := strings.Cut(r.stdout, "Commands:\n")
+		if !ok {
+			_, list, ok = strings.Cut(r.stdout, "Subcommands:\n")
+		}
+		list, _, _ = strings.Cut(list, "\n\n")
+		if !ok || list == "" {
+			t.Fatalf("outboxd %v prints no command list:\n%s", args, r.stdout)
+		}
+		column := -1
+		for _, l := range strings.Split(list, "\n") {
+			name := strings.Fields(l)[0]
+			afterName := strings.Index(l, name) + len(name)
+			at := len(l) - len(strings.TrimLeft(l[afterName:], " "))
+			if column < 0 {
+				column = at
+			}
+			if at != column || at < afterName+2 {
+				t.Errorf("outboxd %v: the summary of %q starts in column %d, the first in %d (two spaces at least after the name):\n%s", args, name, at, column, list)
+			}
+		}
+	}
+}

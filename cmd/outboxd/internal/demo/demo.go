@@ -80,7 +80,9 @@ type Report struct {
 	Reconciled          int    `json:"reconciled"`
 	Succeeded           int    `json:"succeeded"`
 	InDoubt             int    `json:"in_doubt"`
-	Failed              int    `json:"failed"`
+	// InDoubtByKind counts the in_doubt intents by kind.
+	InDoubtByKind map[string]int `json:"in_doubt_by_kind"`
+	Failed        int            `json:"failed"`
 	// Cancelled counts the refunds and receipts not performed because
 	// their order's payment failed; Waiting those still waiting for an
 	// in_doubt payment.

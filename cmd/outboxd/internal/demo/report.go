@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -37,19 +38,28 @@ SELECT
     count(*) FILTER (WHERE state = 'waiting')
 FROM outbox_intents`
 
+// progressLegend says what the columns of the progress lines count.
+const progressLegend = `progress, twice a second: the broker's deliveries, and how many consumers
+acknowledged (a consumer that crashed after its commit never acks: the broker
+delivers again); the intents recorded, by state: open = pending or
+dispatching (not performed yet), waiting = a refund or receipt waiting for
+its payment, succeeded, in_doubt (held for an operator), failed
+`
+
 // waitDone waits until the broker has every delivery acknowledged and no
 // intent is pending or dispatching, printing progress. A waiting intent is
 // released in the transaction that settles the payment it waits for, so
 // once nothing is pending or dispatching, whatever still waits waits for an
 // in_doubt payment.
 func waitDone(ctx context.Context, pool *pgxpool.Pool, b *broker, progress io.Writer) error {
+	fmt.Fprint(progress, progressLegend)
 	ticker := time.NewTicker(500 * time.Millisecond)
 	defer ticker.Stop()
 	for {
 		var total, open, succeeded, inDoubt, failed, waiting int
 		if err := pool.QueryRow(ctx, stateCountsSQL).Scan(&total, &open, &succeeded, &inDoubt, &failed, &waiting); err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("demo: timed out: %w", ctx.Err())
+				return fmt.Errorf("demo: %s: %w", stoppedBy(ctx), ctx.Err())
 			}
 			return err
 		}
@@ -61,10 +71,18 @@ func waitDone(ctx context.Context, pool *pgxpool.Pool, b *broker, progress io.Wr
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("demo: timed out with %d intents still open and broker done=%v: %w", open, done, ctx.Err())
+			return fmt.Errorf("demo: %s with %d intents still open and broker done=%v: %w", stoppedBy(ctx), open, done, ctx.Err())
 		case <-ticker.C:
 		}
 	}
+}
+
+// stoppedBy says why ctx ended: the run's --timeout, or an interrupt.
+func stoppedBy(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return "timed out"
+	}
+	return "stopped"
 }
 
 type intentOutcome struct {
@@ -148,6 +166,10 @@ func judgeIntent(o intentOutcome, effects int, r *Report) {
 		}
 	case "in_doubt":
 		r.InDoubt++
+		if r.InDoubtByKind == nil {
+			r.InDoubtByKind = map[string]int{}
+		}
+		r.InDoubtByKind[o.Kind]++
 	case "cancelled":
 		r.Cancelled++
 		if effects != 0 {

@@ -4,8 +4,8 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/internal/ingest"
 )
 
 // maxPayloadLimit is the most --max-payload-bytes may be: room for the

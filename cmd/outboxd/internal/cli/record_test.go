@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/adminhttp"
-	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/intents"
+	"github.com/outboxkit/outbox/internal/ingest"
 	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/sandbox"
+	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider/stripedouble"
 )
@@ -211,16 +213,14 @@ func checkOrdersStored(ctx context.Context, pool *pgxpool.Pool, r *Report) error
 
 // orderSQL lists each order's payment and what came after it: the payment's
 // state and PaymentIntent id, when it succeeded (by an attempt or a look-up
-// at Stripe after an ambiguous one), and for the
-// refund and the receipt their state and when their first attempt began.
+// at Stripe after an ambiguous one), and for the refund and the receipt
+// their id, their state and whether they were attempted.
 const orderSQL = `
 SELECT o.id, o.amount_cents, o.refund_cents,
        p.state, coalesce(p.provider_ref, ''),
        CASE WHEN p.state = 'succeeded' THEN p.finished_at END,
-       coalesce(f.state, ''),
-       (SELECT min(a.started_at) FROM outbox_intent_attempts a WHERE a.intent_id = f.id),
-       c.state,
-       (SELECT min(a.started_at) FROM outbox_intent_attempts a WHERE a.intent_id = c.id)
+       coalesce(f.id, 0), coalesce(f.state, ''), coalesce(f.attempt_count, 0) > 0,
+       c.id, c.state, c.attempt_count > 0
 FROM demo_orders o
 JOIN outbox_intents p ON p.reference = o.id AND p.name = 'payment'
 JOIN outbox_intents c ON c.reference = o.id AND c.name = 'receipt'
@@ -228,16 +228,23 @@ LEFT JOIN outbox_intents f ON f.reference = o.id AND f.name = 'refund'
 ORDER BY o.id`
 
 // checkOrder checks what ordering promises, from the database and the
-// Stripe double: nothing that comes after a payment started before the
-// payment succeeded; each refund refunded its own order's PaymentIntent, by
+// doubles: nothing that comes after a payment attempted unless the payment
+// succeeded, nor performed at a double before it succeeded (the double's
+// own record of the call: an attempt's start is its claim's time on the
+// dispatcher's clock, taken before the claim's statement ran); each refund refunded its own order's PaymentIntent, by
 // the order's refund amount, and never more than was charged; an order
 // whose payment failed had nothing after it performed (cancelled), and one
 // whose payment is in_doubt has it waiting.
 func checkOrder(ctx context.Context, pool *pgxpool.Pool, dbl *sandbox.Sandbox, r *Report) error {
 	stripe := dbl.Stripe()
 	refunds := map[string][]stripedouble.Refund{}
+	performed := map[string]time.Time{} // intent id → its first effect at a double
 	for _, rf := range stripe.Refunds() {
 		refunds[rf.Metadata["order_id"]] = append(refunds[rf.Metadata["order_id"]], rf)
+		firstAt(performed, rf.Metadata[providers.MetadataIntentID], rf.Created)
+	}
+	for _, em := range dbl.SendGrid().Emails() {
+		firstAt(performed, em.CustomArgs[providers.MetadataIntentID], em.AcceptedAt)
 	}
 	rows, err := pool.Query(ctx, orderSQL)
 	if err != nil {
@@ -248,21 +255,28 @@ func checkOrder(ctx context.Context, pool *pgxpool.Pool, dbl *sandbox.Sandbox, r
 	for rows.Next() {
 		var (
 			id, payState, pi, refundState, receiptState string
-			amount, refund                              int64
-			paid, refundStarted, receiptStarted         *time.Time
+			amount, refund, refundID, receiptID         int64
+			paid                                        *time.Time
+			refundTried, receiptTried                   bool
 		)
-		if err := rows.Scan(&id, &amount, &refund, &payState, &pi, &paid, &refundState, &refundStarted, &receiptState, &receiptStarted); err != nil {
+		if err := rows.Scan(&id, &amount, &refund, &payState, &pi, &paid, &refundID, &refundState, &refundTried,
+			&receiptID, &receiptState, &receiptTried); err != nil {
 			return err
 		}
 		for _, after := range []struct {
 			name, state string
-			started     *time.Time
-		}{{"refund", refundState, refundStarted}, {"receipt", receiptState, receiptStarted}} {
+			id          int64
+			tried       bool
+		}{{"refund", refundState, refundID, refundTried}, {"receipt", receiptState, receiptID, receiptTried}} {
 			if after.state == "" {
 				continue
 			}
-			if after.started != nil && (paid == nil || after.started.Before(*paid)) {
-				problem("%s: the %s was attempted before its payment succeeded", id, after.name)
+			if after.tried && paid == nil {
+				problem("%s: the %s was attempted, but its payment did not succeed", id, after.name)
+			}
+			if at, ok := performed[strconv.FormatInt(after.id, 10)]; ok && paid != nil && at.Before(*paid) {
+				problem("%s: the %s was performed at %s, before its payment succeeded at %s", id, after.name,
+					at.Format(time.RFC3339Nano), paid.Format(time.RFC3339Nano))
 			}
 			switch payState {
 			case "failed", "cancelled":
@@ -295,3 +309,13 @@ func checkOrder(ctx context.Context, pool *pgxpool.Pool, dbl *sandbox.Sandbox, r
 }
 
 func containsDecline(s string) bool { return strings.Contains(s, "decline") }
+
+// firstAt records in first the earliest of at for intent id ("" : none).
+func firstAt(first map[string]time.Time, id string, at time.Time) {
+	if id == "" {
+		return
+	}
+	if t, ok := first[id]; !ok || at.Before(t) {
+		first[id] = at
+	}
+}

@@ -359,8 +359,9 @@ type modelEnv struct {
 	sendgrid *sendgriddouble.Server
 	seq      atomic.Int64
 	// ordered counts, over the run, what the ordered intents went
-	// through: recorded waiting, released, cancelled by the dispatcher.
-	ordered [3]int
+	// through: recorded waiting, released, cancelled by the dispatcher;
+	// and the failed intents an operator sent again.
+	ordered [4]int
 	// borders counts, over the run, the border inputs met: stale operator
 	// actions refused, look-ups answered with a fault, answers lost.
 	borders struct{ staleRefused, lookupFaults, lostAcks int }
@@ -541,7 +542,8 @@ func TestModel(t *testing.T) {
 	if err := env.countOrdered(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("ordered intents: %d recorded waiting, %d released, %d cancelled by the dispatcher", env.ordered[0], env.ordered[1], env.ordered[2])
+	t.Logf("ordered intents: %d recorded waiting, %d released, %d cancelled by the dispatcher; %d failed intents sent again",
+		env.ordered[0], env.ordered[1], env.ordered[2], env.ordered[3])
 	t.Logf("borders: %d stale operator actions refused, %d look-ups answered with a fault, %d answers lost (%d by the proxy)",
 		env.borders.staleRefused, env.borders.lookupFaults, env.borders.lostAcks, env.proxy.Lost())
 	t.Logf("queue: %d claims (%d of batches) claimed %d intents; %d queued claims handed to River",
@@ -557,12 +559,13 @@ func TestModel(t *testing.T) {
 // countOrdered adds the case's ordered intents to env.ordered, before the
 // next case truncates them.
 func (env *modelEnv) countOrdered(ctx context.Context) error {
-	var counts [3]int
+	var counts [4]int
 	if err := env.pool.QueryRow(ctx, `SELECT
 		count(*) FILTER (WHERE from_state IS NULL AND to_state = 'waiting'),
 		count(*) FILTER (WHERE from_state = 'waiting' AND to_state = 'pending'),
-		count(*) FILTER (WHERE actor = 'dispatcher' AND from_state = 'waiting' AND to_state = 'cancelled')
-		FROM outbox_intent_events`).Scan(&counts[0], &counts[1], &counts[2]); err != nil {
+		count(*) FILTER (WHERE actor = 'dispatcher' AND from_state = 'waiting' AND to_state = 'cancelled'),
+		count(*) FILTER (WHERE from_state = 'failed' AND to_state = 'pending')
+		FROM outbox_intent_events`).Scan(&counts[0], &counts[1], &counts[2], &counts[3]); err != nil {
 		return err
 	}
 	for i, n := range counts {
@@ -1224,7 +1227,12 @@ func (m *model) actOperatorRace(t *rapid.T) {
 // resolve by what the provider shows, resend only what the provider does not
 // have, cancel anything. Refusals are expected; they must change nothing.
 func (m *model) actOperator(t *rapid.T) {
-	id := m.pick(t, "intent")
+	// Mostly an intent from a list an operator works through (in_doubt,
+	// failed), sometimes any: the refusals matter too.
+	id := m.pick(t, "intent", intenttype.StateInDoubt, intenttype.StateFailed)
+	if id == 0 || rapid.IntRange(0, 2).Draw(t, "any_intent") == 0 {
+		id = m.pick(t, "intent")
+	}
 	if id == 0 {
 		return
 	}
@@ -1253,7 +1261,14 @@ func (m *model) actOperatorOn(t *rapid.T, id int64, fromView bool) {
 	}
 	switch action {
 	case "resend":
-		if eff.any() {
+		// What the provider has: anything, for an intent that may have
+		// acted; a charge or an email, for one that failed (a declined
+		// PaymentIntent moved no money: the customer's new card goes).
+		has := eff.any()
+		if before.State == intenttype.StateFailed {
+			has = eff.charged()
+		}
+		if has {
 			m.note(t, "operator %s on intent %d: skipped, the provider has it", desc, id)
 			return
 		}
@@ -1334,6 +1349,9 @@ type effectSet struct {
 	PaymentIntents []string // id:status
 	Charged        int      // PaymentIntents that succeeded
 	Emails         []string
+	// SameKey counts PaymentIntents made under a key another of them was
+	// made under (one key generation, two objects).
+	SameKey int
 }
 
 func (e effectSet) total() int    { return len(e.PaymentIntents) + len(e.Emails) }
@@ -1346,8 +1364,13 @@ func (e effectSet) String() string {
 func (m *model) effects(id int64) effectSet {
 	var e effectSet
 	want := strconv.FormatInt(id, 10)
+	keys := map[string]bool{}
 	for _, pi := range m.env.stripe.PaymentIntents() {
 		if pi.Metadata[providers.MetadataIntentID] == want {
+			if keys[pi.IdempotencyKey] {
+				e.SameKey++
+			}
+			keys[pi.IdempotencyKey] = true
 			e.PaymentIntents = append(e.PaymentIntents, pi.ID+":"+pi.Status)
 			if pi.Status == "succeeded" {
 				e.Charged++
@@ -1534,7 +1557,10 @@ func silent(a, b string) bool {
 
 func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) string {
 	eff := m.effects(r.ID)
-	if len(eff.PaymentIntents) > 1 || len(eff.Emails) > 1 {
+	// Two objects are two effects, but for a payment an operator resent
+	// after it failed: a declined PaymentIntent moved no money, and the
+	// resend's is made under a new key.
+	if eff.Charged > 1 || eff.SameKey > 0 || len(eff.Emails) > 1 || (len(eff.PaymentIntents) > 1 && !m.resentAfterFailing(r.ID)) {
 		return "two effects at the provider for one intent: " + eff.String()
 	}
 	switch r.State {
@@ -1647,6 +1673,17 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 		return fmt.Sprintf("state %s, but the last event left it %s", r.State, prev)
 	}
 	return ""
+}
+
+// resentAfterFailing reports whether an operator sent intent id again after
+// it failed.
+func (m *model) resentAfterFailing(id int64) bool {
+	var n int
+	if err := m.env.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events
+		WHERE intent_id = $1 AND from_state = 'failed' AND to_state = 'pending'`, id).Scan(&n); err != nil {
+		return false
+	}
+	return n > 0
 }
 
 // parked reports whether a zombie worker holds intent id.

@@ -20,8 +20,9 @@ type ActionKind = intenttype.ActionKind
 
 // The operator actions the state diagram allows.
 const (
-	// ActionResend moves an in_doubt intent back to pending under a new key
-	// generation, with a fresh attempt budget, and enqueues its job.
+	// ActionResend moves an in_doubt intent, or a failed one no attempt may
+	// have acted for, back to pending under a new key generation, with a
+	// fresh attempt budget, queued for the dispatchers.
 	ActionResend = intenttype.ActionResend
 	// ActionCancel moves a pending intent that no attempt may have reached
 	// the provider for to cancelled.

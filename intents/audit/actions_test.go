@@ -30,6 +30,9 @@ func TestLegalTransitionsWriteOneEventWithActorAndReason(t *testing.T) {
 		{"resend in_doubt", intenttype.StateInDoubt, func(id int64) (intenttype.Intent, error) {
 			return b.store.Resend(ctx, id, "alice", "not in the provider's dashboard")
 		}, intenttype.StatePending, "not in the provider's dashboard"},
+		{"resend failed", intenttype.StateFailed, func(id int64) (intenttype.Intent, error) {
+			return b.store.Resend(ctx, id, "alice", "the card was replaced")
+		}, intenttype.StatePending, "the card was replaced"},
 		{"cancel pending", intenttype.StatePending, func(id int64) (intenttype.Intent, error) {
 			return b.store.Cancel(ctx, id, "alice", "order withdrawn")
 		}, intenttype.StateCancelled, "order withdrawn"},
@@ -78,6 +81,55 @@ func TestLegalTransitionsWriteOneEventWithActorAndReason(t *testing.T) {
 	}
 }
 
+// A failed intent is sent again only where no attempt may have acted and
+// nothing was recorded after it: out of the finished counts, back in the
+// queue under a new key; refused (and changed in nothing) otherwise.
+func TestResendOfAFailedIntent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	failedCount := func() int {
+		st, err := b.store.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.ByState[intenttype.StateFailed]
+	}
+	declined := b.record(t, "billing", "declined", "", sendgridprovider.KindEmail, emailPayload)
+	b.setState(t, declined, intenttype.StateFailed)
+	resolved := b.record(t, "billing", "resolved", "", sendgridprovider.KindEmail, emailPayload)
+	b.setState(t, resolved, intenttype.StateFailed)
+	if _, err := b.pool.Exec(ctx, `UPDATE outbox_intents SET may_have_acted = true WHERE id = $1`, resolved); err != nil {
+		t.Fatal(err)
+	}
+	waitedFor := b.record(t, "billing", "waited-for", "", sendgridprovider.KindEmail, emailPayload)
+	b.setState(t, waitedFor, intenttype.StateFailed)
+	if _, err := b.pool.Exec(ctx, `UPDATE outbox_intents SET has_dependents = true WHERE id = $1`, waitedFor); err != nil {
+		t.Fatal(err)
+	}
+	if n := failedCount(); n != 3 {
+		t.Fatalf("%d failed before, want 3", n)
+	}
+	for _, id := range []int64{resolved, waitedFor} {
+		before := b.snapshot(t, id)
+		_, err := b.store.Resend(ctx, id, "alice", "again")
+		var te *audit.TransitionError
+		if !errors.As(err, &te) || te.Why == "" {
+			t.Fatalf("resend of failed intent %d = %v, want a *TransitionError saying why", id, err)
+		}
+		if after := b.snapshot(t, id); after != before {
+			t.Errorf("a refused resend changed intent %d:\nbefore %+v\nafter  %+v", id, before, after)
+		}
+	}
+	got, err := b.store.Resend(ctx, declined, "alice", "the card was replaced")
+	if err != nil || got.State != intenttype.StatePending || got.FinishedAt != nil || got.KeyGeneration != 1 {
+		t.Fatalf("resend of a declined intent = %+v, %v; want pending, unfinished, key generation 1", got, err)
+	}
+	if n := failedCount(); n != 2 {
+		t.Fatalf("%d failed after the resend, want 2: it left the finished counts", n)
+	}
+}
+
 func TestIllegalTransitionsChangeNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -88,10 +140,10 @@ func TestIllegalTransitionsChangeNothing(t *testing.T) {
 		as      intenttype.State
 		allowed []intenttype.State
 	}{
-		{intenttype.StateSucceeded, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt}},
-		{intenttype.StatePending, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt}},
-		{intenttype.StateDispatching, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt}},
-		{intenttype.StateCancelled, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt}},
+		{intenttype.StateSucceeded, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt, intenttype.StateFailed}},
+		{intenttype.StatePending, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt, intenttype.StateFailed}},
+		{intenttype.StateDispatching, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt, intenttype.StateFailed}},
+		{intenttype.StateCancelled, audit.ActionResend, "", []intenttype.State{intenttype.StateInDoubt, intenttype.StateFailed}},
 		{intenttype.StatePending, audit.ActionResolve, intenttype.StateSucceeded, []intenttype.State{intenttype.StateInDoubt}},
 		{intenttype.StateFailed, audit.ActionResolve, intenttype.StateSucceeded, []intenttype.State{intenttype.StateInDoubt}},
 		{intenttype.StateSucceeded, audit.ActionResolve, intenttype.StateFailed, []intenttype.State{intenttype.StateInDoubt}},

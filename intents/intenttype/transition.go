@@ -38,6 +38,7 @@ var Transitions = []Transition{
 	{StateInDoubt, StatePending, ActorDispatcher, "a later lookup proved it absent: performed under a new key"},
 	{StateInDoubt, StateFailed, ActorDispatcher, "a later lookup showed the provider refused it"},
 	{StateInDoubt, StatePending, ActorOperator, "resend: the operator checked it did not happen"},
+	{StateFailed, StatePending, ActorOperator, "resend: it failed without acting (a decline, a refusal since fixed), and the operator wants it sent again"},
 	{StateInDoubt, StateSucceeded, ActorOperator, "resolve: the operator found it at the provider"},
 	{StateInDoubt, StateFailed, ActorOperator, "resolve: the operator found it did not happen"},
 	{StatePending, StateCancelled, ActorOperator, "cancel, only while no attempt may have acted"},

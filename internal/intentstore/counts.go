@@ -11,7 +11,8 @@ import (
 
 // How intents are counted (migration 007): finished intents by kind and
 // state in outbox_intent_counts, added to in the transaction that finishes
-// them and taken from in the statement that prunes them; unfinished ones
+// them and taken from in the statement that prunes them (or the resend
+// that takes a failed one back); unfinished ones
 // counted live, through the index on unfinished intents. So reading every
 // count costs the number of unfinished intents plus kinds × states, however
 // many finished intents are retained.
@@ -73,9 +74,10 @@ const finishedSQL = `('succeeded', 'failed', 'cancelled')`
 // after one of them (releaseTx cancels them in the same transaction,
 // and so on down the dependencies). A row whose newest version
 // this transaction wrote (xmin) and that is finished now was finished by
-// this transaction: a terminal state is never left, and no statement of
-// this package writes an intent that is already terminal. So a settlement
-// whose guard failed adds nothing. It must run once per transaction for a
+// this transaction: no statement of this package writes an intent that is
+// already terminal, but an operator's resend of a failed one, which leaves
+// the terminal state (and the counts: uncountFinishedSQL) in a transaction
+// that counts nothing. So a settlement whose guard failed adds nothing. It must run once per transaction for a
 // given intent, after the statements that move it and release what comes
 // after it.
 //
@@ -100,6 +102,16 @@ SELECT kind, state, ` + countSlot + `, count(*)
 FROM finished
 GROUP BY kind, state
 ORDER BY kind, state
+ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`
+
+// uncountFinishedSQL takes intent @id out of the finished counts, before an
+// operator's resend moves it from failed back to pending: the one way a
+// terminal state is left.
+const uncountFinishedSQL = `
+INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
+SELECT kind, state, ` + countSlot + `, -1
+FROM outbox_intents
+WHERE id = @id AND state IN ` + finishedSQL + `
 ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`
 
 // countRecordedFinishedSQL adds to the finished counts the intents of

@@ -161,6 +161,12 @@ func (a OperatorAction) target(seen actedOn, allowed []intenttype.State) (intent
 	case a.Kind == intenttype.ActionCancel && seen.mayHaveActed:
 		refuse.Why = "an earlier attempt may have reached the provider, so it cannot be cancelled as if nothing happened: it will end succeeded, or in_doubt for an operator to resolve"
 		return "", refuse
+	case a.Kind == intenttype.ActionResend && seen.state == intenttype.StateFailed && seen.mayHaveActed:
+		refuse.Why = "an attempt may have reached the provider before it was resolved failed: a resend could perform it twice"
+		return "", refuse
+	case a.Kind == intenttype.ActionResend && seen.state == intenttype.StateFailed && seen.waitedFor:
+		refuse.Why = "intents were recorded after it (their turn came, or they were cancelled with it): sending it again now would break their order; record it anew"
+		return "", refuse
 	}
 	to := intenttype.StateCancelled
 	switch a.Kind {
@@ -186,7 +192,14 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, a OperatorAction, from, to
 	}
 	var err error
 	if a.Kind == intenttype.ActionResend {
-		_, err = tx.Exec(ctx, resendSQL, pgx.NamedArgs{"id": a.IntentID})
+		b := &pgx.Batch{}
+		if from.Terminal() {
+			// Finished no longer: its finished count goes first, while the
+			// row still says failed.
+			b.Queue(uncountFinishedSQL, pgx.NamedArgs{"id": a.IntentID})
+		}
+		b.Queue(resendSQL, pgx.NamedArgs{"id": a.IntentID})
+		err = tx.SendBatch(ctx, b).Close()
 	} else {
 		_, err = tx.Exec(ctx, finishSQL, pgx.NamedArgs{"id": a.IntentID, "to": to, "provider_ref": ref})
 	}
@@ -236,15 +249,16 @@ FOR UPDATE`
 const actionAppliedSQL = `
 SELECT EXISTS (SELECT 1 FROM outbox_events WHERE intent_id = @id AND action_id = @action_id)`
 
-// resendSQL is an operator's resend of an in_doubt intent: back to pending
-// under a new key generation (the operator checked the effect did not
-// happen, and the old key would replay its saved answer), with a fresh
-// attempt budget, queued.
+// resendSQL is an operator's resend of an in_doubt intent, or of a failed
+// one no attempt may have acted for: back to pending under a new key
+// generation (the operator checked the effect did not happen, and the old
+// key would replay its saved answer), with a fresh attempt budget, queued,
+// unfinished.
 const resendSQL = `
 UPDATE outbox_intents
-SET state = 'pending', queued = true, key_generation = key_generation + 1, provider_key = NULL, key_namespace = NULL,
-    key_first_used_at = NULL, may_have_acted = false, budget_from = attempt_count,
-    recheck_at = NULL, recheck_count = 0, updated_at = now()
+SET state = 'pending', queued = true, finished_at = NULL, provider_ref = NULL,
+    key_generation = key_generation + 1, provider_key = NULL, key_namespace = NULL, key_first_used_at = NULL,
+    may_have_acted = false, budget_from = attempt_count, recheck_at = NULL, recheck_count = 0, updated_at = now()
 WHERE id = @id`
 
 // finishSQL settles an intent as an operator decided: cancelled, succeeded

@@ -63,12 +63,14 @@ func actionArgFlag(field string) string {
 
 func runIntentsRetry(ctx context.Context, args []string, env Env) error {
 	fs := newFlagSet("intents retry", "intents retry ID|KEY --reason TEXT [flags]\n   or: outboxd intents retry --state in_doubt [filters] --reason TEXT [--dry-run | --yes]", `
-Retries an in_doubt intent ('resend' is another name for it): moves it
-back to pending under a new provider key with a fresh attempt budget,
-queued for the dispatchers, in one transaction. Do this only after checking
-at the provider that the effect did not happen ('outboxd intents show ID'
-says where to look): the dispatcher then performs it once more.
-Any other state: nothing changes, exit 1.
+Retries an in_doubt intent, or a failed one ('resend' is another name for
+it): moves it back to pending under a new provider key with a fresh
+attempt budget, queued for the dispatchers, in one transaction. For an
+in_doubt intent, do this only after checking at the provider that the
+effect did not happen ('outboxd intents show ID' says where to look); a
+failed one (a decline, a refusal since fixed) is retried only if no attempt
+may have acted and no intent was recorded after it. The dispatcher then
+performs it once more. Anything else: nothing changes, exit 1.
 `+bulkHelp+`
 Examples:
   outboxd intents retry 42 --reason "Stripe shows no PaymentIntent for it"

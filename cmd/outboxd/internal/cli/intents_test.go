@@ -54,8 +54,9 @@ func newOperatorDB(t *testing.T) *operatorDB {
 func (db *operatorDB) setState(t *testing.T, id int64, state intenttype.State, lastError string) {
 	t.Helper()
 	ctx := context.Background()
+	// An in_doubt or dispatching intent's attempt may have acted.
 	if _, err := db.pool.Exec(ctx, `UPDATE outbox_intents SET state = $2, attempt_count = 1, last_error = nullif($3, ''),
-		queued = queued AND $2 IN ('pending', 'dispatching'),
+		queued = queued AND $2 IN ('pending', 'dispatching'), may_have_acted = $2 IN ('in_doubt', 'dispatching'),
 		finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN now() END WHERE id = $1`, id, state, lastError); err != nil {
 		t.Fatal(err)
 	}

@@ -29,10 +29,10 @@ func TestFinishedSQLListsTheTerminalStates(t *testing.T) {
 	}
 }
 
-// The settlement completes its dispatch job through the job's primary key,
+// The settlement ends its dispatch job through the job's primary key,
 // whatever statistics the planner holds: with none of the analysed jobs
 // running, a test of state = 'running' made the generic plan walk River's
-// fetch index instead (see settledSQL).
+// fetch index instead (see endJobSQL).
 func TestSettledFindsTheJobByItsPrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -54,8 +54,7 @@ func TestSettledFindsTheJobByItsPrimaryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
-	args := settledQ.args(pgx.NamedArgs{"adopt": false, "id": int64(1), "seen_generation": 0, "reason": "", "job_id": int64(1)})
-	rows, err := conn.Query(ctx, "EXPLAIN "+settledQ.sql, args...)
+	rows, err := conn.Query(ctx, "EXPLAIN "+endJobSQL, pgx.NamedArgs{"id": int64(1), "job_id": int64(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +64,6 @@ func TestSettledFindsTheJobByItsPrimaryKey(t *testing.T) {
 	}
 	plan := strings.Join(lines, "\n")
 	if !strings.Contains(plan, "Index Scan using river_job_pkey on river_job") {
-		t.Fatalf("settledSQL's generic plan does not find the job by its primary key:\n%s", plan)
+		t.Fatalf("endJobSQL's generic plan does not find the job by its primary key:\n%s", plan)
 	}
 }

@@ -67,7 +67,6 @@ var (
 	claimQueuedQ   = mustNamed(claimQueuedSQL)
 	scheduleRetryQ = mustNamed(scheduleRetrySQL)
 	settleQ        = mustNamed(settleSQL)
-	settledQ       = mustNamed(settledSQL)
 	countFinishedQ = mustNamed(countFinishedSQL)
 
 	bumpOrderingKeysQ = mustNamed(bumpOrderingKeysSQL)

@@ -17,7 +17,7 @@ func TestNamedSQLRewritesAsPgxDoes(t *testing.T) {
 	for _, sql := range []string{
 		`SELECT @id, @ids, @id, '@not_a_name', @to -- @nor_this
 		WHERE x @> y AND @job_kind = @notice`,
-		settleSQL, settledSQL, loadClaimSQL, claimSQL, countFinishedSQL, insertIntentSQL, insertIntentsSQL,
+		settleSQL, loadClaimSQL, claimSQL, countFinishedSQL, insertIntentSQL, insertIntentsSQL,
 		insertMarkerSQL, insertMarkersSQL, notifySQL, enqueueSQL, bumpOrderingKeysSQL, insertOrderedSQL,
 		cascadeSQL, lockReleasedKeysSQL, releaseSQL, claimQueuedSQL, scheduleRetrySQL,
 	} {

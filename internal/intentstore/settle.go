@@ -2,6 +2,7 @@ package intentstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -149,6 +150,13 @@ func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settl
 				return nil
 			})
 		})
+	for _, cl := range group {
+		if cl.err == nil && !cl.res.Applied {
+			if cl.res, cl.err = s.settledState(ctx, cl.req.Row.ID); cl.err != nil {
+				cl.err = fmt.Errorf("intentstore: settle intent %d: %w", cl.req.Row.ID, cl.err)
+			}
+		}
+	}
 	s.settleAgainWithRelease(ctx, group)
 }
 
@@ -187,6 +195,9 @@ func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error)
 		out = res.settled()
 		return nil
 	})
+	if err == nil && !out.Applied {
+		out, err = s.settledState(ctx, st.Row.ID)
+	}
 	if err != nil {
 		return Settled{}, fmt.Errorf("intentstore: settle intent %d: %w", st.Row.ID, err)
 	}
@@ -269,16 +280,37 @@ func (st Settlement) releases() bool {
 // recorded after it meanwhile.
 func (st Settlement) releaseSkipped() bool { return st.To.Terminal() && !st.releases() }
 
-// settleResult receives what one settlement's statements return, once the
-// batch they were queued in has run.
+// settleResult receives what one settlement's statement returns, once the
+// batch it was queued in has run.
 type settleResult struct {
 	updated, adopted int
-	state            intenttype.State
-	hasDependents    bool
+	to               intenttype.State
 }
 
+// settled is what the settlement did, when it applied; otherwise Applied
+// is false and settledState reads the rest.
 func (r *settleResult) settled() Settled {
-	return Settled{Applied: r.updated == 1 || r.adopted == 1, State: r.state, dependentsAppeared: r.hasDependents}
+	switch {
+	case r.updated == 1:
+		return Settled{Applied: true, State: r.to}
+	case r.adopted == 1:
+		return Settled{Applied: true, State: intenttype.StateSucceeded}
+	}
+	return Settled{}
+}
+
+// settledState reads, for a settlement that did not apply, the intent's
+// state now and whether an intent was recorded after it meanwhile.
+func (s *Store) settledState(ctx context.Context, id int64) (Settled, error) {
+	var out Settled
+	err := s.retryTransient(ctx, func(ctx context.Context) error {
+		err := s.pool.QueryRow(ctx, settledStateSQL, pgx.NamedArgs{"id": id}).Scan(&out.State, &out.dependentsAppeared)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // gone: retention pruned it
+		}
+		return err
+	})
+	return out, err
 }
 
 // queueSettlement queues the statements of one settlement into b, which is
@@ -314,25 +346,19 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		args["replayed"], args["attempt_error"] = o.Replayed, nullString(o.Error)
 		args["archive_attempt"] = strings.HasPrefix(o.Error, TakeOverPrefix)
 	}
-	settleQ.queue(b, args).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated) })
-	// Only when settleSQL's guard failed does adopt find an in_doubt intent.
+	// Only when the guard failed does adopt find an in_doubt intent: the
+	// outcome, learnt late by an attempt taken over meanwhile, that the
+	// provider performed it (a known outcome is never discarded).
 	adopt := st.To == intenttype.StateSucceeded && st.Attempt > 0
-	var adoptReason string
+	args["adopt"], args["adopt_reason"] = adopt, ""
 	if adopt {
-		adoptReason = fmt.Sprintf("attempt %d, taken over meanwhile, learnt that the provider performed it", st.Attempt)
+		args["adopt_reason"] = fmt.Sprintf("attempt %d, taken over meanwhile, learnt that the provider performed it", st.Attempt)
 	}
-	settledQ.queue(b, pgx.NamedArgs{
-		"id": id, "adopt": adopt, "seen_generation": st.Row.KeyGeneration, "provider_ref": nullString(st.ProviderRef),
-		"reason": adoptReason, "job_id": st.JobID, "release_skipped": st.releaseSkipped(),
-	}).QueryRow(func(row pgx.Row) error {
-		// No state: the intent is gone (retention pruned it meanwhile).
-		var state *string
-		err := row.Scan(&res.adopted, &state, &res.hasDependents)
-		if state != nil {
-			res.state = intenttype.State(*state)
-		}
-		return err
-	})
+	settleQ.queue(b, args).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated, &res.adopted) })
+	res.to = st.To
+	if st.JobID != 0 && st.To != intenttype.StatePending {
+		b.Queue(endJobSQL, pgx.NamedArgs{"id": id, "job_id": st.JobID})
+	}
 	if st.To == intenttype.StatePending {
 		s.queuePending(b, st)
 	}
@@ -437,17 +463,32 @@ event AS (
     FROM updated
     WHERE @to::text <> @from::text AND (@to::text <> 'pending' OR @new_generation)
       AND NOT (@from::text = 'dispatching' AND @to::text = 'succeeded' AND @outcome::text = 'succeeded')
+),
+adopted AS (
+    UPDATE outbox_intents
+    SET state = 'succeeded', provider_ref = coalesce(@provider_ref, provider_ref), last_error = NULL,
+        recheck_at = NULL, updated_at = now(), finished_at = now()
+    WHERE @adopt AND id = @id AND state = 'in_doubt' AND key_generation = @seen_generation
+      AND NOT (@release_skipped AND has_dependents)
+    RETURNING id
+),
+adopted_event AS (
+    INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
+    SELECT id, 'dispatcher', 'in_doubt', 'succeeded', @adopt_reason FROM adopted
 )
-SELECT count(*) FROM updated`
+SELECT (SELECT count(*) FROM updated), (SELECT count(*) FROM adopted)`
 
-// settledSQL ends a settlement, after settleSQL in its transaction, and
-// returns whether it adopted a late success and the intent's state after
-// it. With adopt, it settles an in_doubt intent as succeeded when an
-// attempt whose claim was taken over (a rescued worker) learns late that
-// the provider performed the effect, under the same key generation: a
-// known outcome is never discarded. Then it deletes the running dispatch
-// job @job_id (0: none) unless the intent may still need it (pending, which
-// queuePending decides, or dispatching), only while the job is running. Deleted rather than
+// settledStateSQL reads, in a statement of its own (a snapshot taken once
+// the settlement's transaction has ended), what an intent is after a
+// settlement that did not apply: its state and whether an intent was
+// recorded after it meanwhile (see settleAgainWithRelease). No row: it is
+// gone (retention pruned it).
+const settledStateSQL = `SELECT state, has_dependents FROM outbox_intents WHERE id = @id`
+
+// endJobSQL deletes, after settleSQL in its transaction, the running River
+// dispatch job @job_id that made the attempt, unless the intent still
+// needs it (pending, which queuePending decides, or dispatching: another
+// attempt holds it), only while the job is running. Deleted rather than
 // completed: the intent's row and its attempts are the record, and a
 // completed job is only a row with seven indexes written once more (a
 // non-HOT update) and deleted a day later by River's cleaner. River's
@@ -462,31 +503,10 @@ SELECT count(*) FROM updated`
 // running entry and every dead one a completed job left: 257 buffers a
 // settlement instead of 3, measured under load, and half the sustainable
 // end-to-end rate.
-const settledSQL = `
-WITH adopted AS (
-    UPDATE outbox_intents
-    SET state = 'succeeded', provider_ref = coalesce(@provider_ref, provider_ref), last_error = NULL,
-        recheck_at = NULL, updated_at = now(), finished_at = now()
-    WHERE @adopt AND id = @id AND state = 'in_doubt' AND key_generation = @seen_generation
-      AND NOT (@release_skipped AND has_dependents)
-    RETURNING id, state
-),
-adopted_event AS (
-    INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
-    SELECT id, 'dispatcher', 'in_doubt', 'succeeded', @reason FROM adopted
-),
-row_now AS (
-    SELECT state, has_dependents FROM outbox_intents WHERE id = @id
-),
-after AS (
-    SELECT coalesce((SELECT state FROM adopted), (SELECT state FROM row_now)) AS state
-),
-done AS (
-    DELETE FROM river_job
-    WHERE id = @job_id AND state::text = 'running' AND (SELECT state FROM after) NOT IN ('pending', 'dispatching')
-)
-SELECT (SELECT count(*) FROM adopted), (SELECT state FROM after),
-    coalesce((SELECT has_dependents FROM row_now), false)`
+const endJobSQL = `
+DELETE FROM river_job
+WHERE id = @job_id AND state::text = 'running'
+  AND (SELECT state FROM outbox_intents WHERE id = @id) NOT IN ('pending', 'dispatching')`
 
 // writtenPendingCTE is the intent @id when this transaction's settlement
 // moved it to pending: the newest version of its row is this

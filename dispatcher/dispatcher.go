@@ -121,8 +121,13 @@ func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config) (*river.Client[p
 		RetryPolicy:          &backoffPolicy{base: cfg.RetryBackoff, max: cfg.RetryBackoffMax},
 		FetchCooldown:        cfg.FetchCooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
-		Logger:               cfg.Logger,
-		Middleware:           riverMiddleware(cfg.TracerProvider),
+		// River's jobs are the rare paths (a retry at its backoff, a
+		// take-over): polling finds them soon enough, and River keeps no
+		// LISTEN connection of its own, woken by every recording's
+		// notification for nothing (Postgres signals every listener).
+		PollOnly:   true,
+		Logger:     cfg.Logger,
+		Middleware: riverMiddleware(cfg.TracerProvider),
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.SweepInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil },

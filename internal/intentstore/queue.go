@@ -140,7 +140,10 @@ func (s *Store) HandOverStale(ctx context.Context, claimedBefore time.Time, limi
 // transaction holds: for each provider, the front of its part of
 // outbox_intents_unfinished_idx (queued, provider, id), so that the queued
 // intents of a provider no dispatcher here serves are never read; then the
-// oldest of those. It reads each row as it locked it, the newest version,
+// oldest of those. The row comparison and the order name the index's
+// columns so that the plan reads that index whatever the statistics say:
+// taken before a backlog's drain, they had the planner walk the primary
+// key and filter, through every intent the drain had finished. It reads each row as it locked it, the newest version,
 // and everything after it is decided from those values (the statement's
 // snapshot may be older: an intent resent meanwhile has a new key
 // generation). claimed claims those the rules allow to be attempted at
@@ -157,8 +160,9 @@ WITH picked AS (
     FROM unnest(@providers::text[]) AS p(name)
     CROSS JOIN LATERAL (
         SELECT * FROM outbox_intents
-        WHERE finished_at IS NULL AND queued AND provider = p.name AND state = 'pending'
-        ORDER BY id
+        WHERE finished_at IS NULL AND (queued, provider, id) > (true, p.name, 0) AND queued AND provider = p.name
+          AND state = 'pending'
+        ORDER BY queued, provider, id
         LIMIT @limit
         FOR NO KEY UPDATE SKIP LOCKED
     ) q

@@ -132,6 +132,9 @@ type Sizes struct {
 	// WorkMessages is how many messages each system handles in the work
 	// scenario (Postgres's work per message).
 	WorkMessages int
+	// BacklogIntents is how many intents the backlog scenario records at
+	// once and drains.
+	BacklogIntents int
 }
 
 // FullSizes is what `make bench` runs: about ten minutes on two cores.
@@ -155,6 +158,7 @@ func FullSizes() Sizes {
 		FsyncTool:           true,
 		RetainedIntents:     1_000_000,
 		WorkMessages:        4000,
+		BacklogIntents:      200_000,
 	}
 }
 
@@ -180,6 +184,7 @@ func QuickSizes() Sizes {
 		E2EMinMessages:      150,
 		RetainedIntents:     1_000_000,
 		WorkMessages:        1000,
+		BacklogIntents:      20_000,
 	}
 }
 
@@ -204,6 +209,7 @@ func SmokeSizes() Sizes {
 		E2EMinMessages:      20,
 		RetainedIntents:     2000,
 		WorkMessages:        40,
+		BacklogIntents:      500,
 	}
 }
 
@@ -233,7 +239,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "e2e", "work", "dispatch", "ordered", "latency", "slow", "memory", "retained", "scaleout"}
+	return []string{"consume", "batch", "e2e", "work", "dispatch", "ordered", "latency", "slow", "memory", "retained", "backlog", "scaleout"}
 }
 
 // Row is one line of the table.
@@ -352,6 +358,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"slow", r.slowRows},
 		{"memory", r.memoryRows},
 		{"retained", r.retainedRows},
+		{"backlog", r.backlogRows},
 		{"scaleout", r.scaleoutRows},
 	}
 	for _, s := range steps {

@@ -96,6 +96,9 @@ written to --out):
   retained   Consume and dispatch rates, stats and every dashboard and API
              read on a database holding 1,000,000 finished intents and
              markers, against an empty database; the share of HOT updates
+  backlog    200,000 intents recorded at once and drained by one
+             dispatcher: the drain rate's last tenth against its first, and
+             stats, the dashboard and the API read during the drain (p90)
   scaleout   the e2e climb with 1, 2 and 4 real 'outboxd run' processes
              sharing the workers on one database: each sustainable rate,
              its ratio to 1 process, Postgres' share of the CPU and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,11 +153,7 @@ func (s *Store) List(ctx context.Context, f Filter) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	query := listIntentsSQL
-	if onlyUnfinished(n.states) {
-		query = listUnfinishedSQL
-	}
-	rows, err := s.pool.Query(ctx, query, nilIfEmpty(n.states), nilIfEmpty(n.kinds), nilIfEmpty(n.providerNames),
+	rows, err := s.pool.Query(ctx, listQuery(n.states), nilIfEmpty(n.states), nilIfEmpty(n.kinds), nilIfEmpty(n.providerNames),
 		n.consumer, n.messageID, n.ref, n.since, n.until, n.after, n.limit+1)
 	if err != nil {
 		return Page{}, fmt.Errorf("audit: list intents: %w", err)
@@ -174,6 +171,17 @@ func (s *Store) List(ctx context.Context, f Filter) (Page, error) {
 		s.redact(&page.Intents[i])
 	}
 	return page, nil
+}
+
+// listQuery is List's query for a filter of states.
+func listQuery(states []string) string {
+	switch {
+	case onlyUnfinished(states) && !slices.ContainsFunc(states, queueable):
+		return listUnqueuedSQL
+	case onlyUnfinished(states):
+		return listUnfinishedSQL
+	}
+	return listIntentsSQL
 }
 
 // nilIfEmpty sends NULL, not an empty array, for a filter that is not set.
@@ -246,6 +254,18 @@ LIMIT $10`
 // intents serves it, so an in_doubt list costs what is unfinished, not
 // what is retained.
 var listUnfinishedSQL = strings.Replace(listIntentsSQL, "WHERE ", "WHERE finished_at IS NULL\n  AND ", 1)
+
+// listUnqueuedSQL is listUnfinishedSQL for states no queued intent is in
+// (an intent is queued only pending or dispatching: migration 013's
+// check): saying so reads outbox_intents_held_idx (migration 015), so an
+// in_doubt list costs what waits for River or an operator, not a backlog
+// in the dispatchers' queue.
+var listUnqueuedSQL = strings.Replace(listIntentsSQL, "WHERE ", "WHERE finished_at IS NULL AND NOT queued\n  AND ", 1)
+
+// queueable reports whether a queued intent may be in state s.
+func queueable(s string) bool {
+	return s == string(intenttype.StatePending) || s == string(intenttype.StateDispatching)
+}
 
 // onlyUnfinished reports whether every state of a non-empty list is one an
 // intent is in before it finishes.

@@ -1,0 +1,11 @@
+-- The unfinished intents River holds, out of the dispatchers' queue (an
+-- in_doubt one, a retry waiting for its backoff, a take-over), are few
+-- beside a backlog in the queue, and an operator's lists read them newest
+-- first. outbox_intents_unfinished_idx holds them too, but the planner
+-- judges its part of them by "queued" over the whole table, where every
+-- finished intent is unqueued: it read every unfinished intent for an
+-- in_doubt list during a backlog. This index holds only theirs. No intent
+-- on the success path has an entry (queued from its recording until its
+-- settlement finishes it), and a claim stays a HOT update (finished_at and
+-- queued are indexed already).
+CREATE INDEX outbox_intents_held_idx ON outbox_intents (id) WHERE finished_at IS NULL AND NOT queued;

@@ -90,7 +90,7 @@ func (h *Handler) apiGet(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) apiStats(w http.ResponseWriter, r *http.Request) error {
-	st, err := h.cfg.Audit.Stats(r.Context())
+	st, _, err := h.stats.get(r.Context())
 	if err != nil {
 		return err
 	}
@@ -182,6 +182,7 @@ func (h *Handler) act(r *http.Request, id int64, action string, req actionReques
 	if err != nil {
 		return intenttype.Intent{}, err
 	}
+	h.countsChanged()
 	h.cfg.Logger.InfoContext(r.Context(), "operator action", "action", action, "intent_id", id, "actor", actor, "state", in.State)
 	return in, nil
 }
@@ -328,7 +329,7 @@ func (h *Handler) checkKnownChoices(ctx context.Context, f audit.Filter) error {
 	for _, k := range f.Kinds {
 		if !slices.Contains(registered, k) {
 			var err error
-			if stats, err = h.cfg.Audit.Stats(ctx); err != nil {
+			if stats, _, err = h.stats.get(ctx); err != nil {
 				return err
 			}
 			break

@@ -104,6 +104,7 @@ func (h *Handler) apiBulk(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if !req.DryRun {
+		h.countsChanged()
 		h.cfg.Logger.InfoContext(r.Context(), "operator bulk action", "action", req.Action, "actor", actor,
 			"matched", res.Matched, "done", res.Done, "refused", res.Refused, "errors", res.Errors)
 	}

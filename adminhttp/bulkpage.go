@@ -173,6 +173,7 @@ func (h *Handler) bulkSubmit(w http.ResponseWriter, r *http.Request) error {
 	}
 	actor := dashboardActor(b.Actor)
 	b.Result, err = h.cfg.Audit.ActAll(r.Context(), f, b.action(actor, strings.TrimSpace(b.Reason), seen), false, nil)
+	h.countsChanged()
 	var fieldErr *audit.FieldError
 	if errors.As(err, &fieldErr) && errors.Is(err, audit.ErrInvalidInput) {
 		return again(fieldErr.Field + ": " + fieldErr.Problem)

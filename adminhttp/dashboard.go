@@ -214,13 +214,17 @@ type listBody struct {
 	Counts    []stateCount
 	Total     int
 	Oldest    time.Duration
-	Form      url.Values
-	Checked   map[string]bool
-	States    []intenttype.State
-	Page      audit.Page
-	NextURL   string
-	FirstURL  string
-	Error     string
+	// CountedAgo is the age of the counts when the page shows a count
+	// shared with other readers (see sharedReuseFactor), a second old or
+	// more; 0 when they are this request's.
+	CountedAgo time.Duration
+	Form       url.Values
+	Checked    map[string]bool
+	States     []intenttype.State
+	Page       audit.Page
+	NextURL    string
+	FirstURL   string
+	Error      string
 	// Bulk offers the bulk actions on the filter's intents.
 	Bulk []bulkLink
 }
@@ -238,13 +242,21 @@ func (h *Handler) listPage(w http.ResponseWriter, r *http.Request) error {
 		http.Redirect(w, r, links.at(f.Cursor), http.StatusSeeOther)
 		return nil
 	}
-	now := h.cfg.Now()
-	activity := h.readActivity(r.Context(), now)
-	stats, err := h.cfg.Audit.Stats(r.Context())
+	activity := make(chan error, 1)
+	var timed timedActivity
+	go func() {
+		var err error
+		timed, _, err = h.activity.get(r.Context())
+		activity <- err
+	}()
+	stats, countedAgo, err := h.stats.get(r.Context())
 	if err != nil {
 		return err
 	}
 	body := listBody{Form: q, Checked: map[string]bool{}, States: intenttype.States, Paused: paused}
+	if countedAgo >= time.Second {
+		body.CountedAgo = countedAgo
+	}
 	body.Kinds = kindChoices(h.cfg.Audit.Kinds(), stats, f.Kinds)
 	body.Providers = providerChoices(h.cfg.Audit.Providers(), f.Providers)
 	if ferr == nil {
@@ -269,11 +281,10 @@ func (h *Handler) listPage(w http.ResponseWriter, r *http.Request) error {
 	if status == http.StatusOK && len(body.Page.Intents) > 0 {
 		body.Bulk = h.bulkLinks(f)
 	}
-	a := <-activity
-	if a.err != nil {
-		return a.err
+	if err := <-activity; err != nil {
+		return err
 	}
-	body.Chart = newChart(a.activity, now)
+	body.Chart = newChart(timed.activity, timed.now)
 	refresh := refreshState{}
 	if status == http.StatusOK {
 		refresh = newRefresh(h.path("/"), q, paused)
@@ -303,23 +314,22 @@ func (l listLinks) at(cursor string) string {
 	return l.root + "?" + v.Encode()
 }
 
-type activityResult struct {
+// timedActivity is the activity chart's figures, with the time they run
+// to.
+type timedActivity struct {
 	activity audit.Activity
-	err      error
+	now      time.Time
 }
 
-// readActivity reads the activity chart's figures up to now, beside the
-// page's other reads and on a connection of its own: it is the page's
-// longest read (it rolls up what finished since the last roll-up, then
-// reads the backlog).
-func (h *Handler) readActivity(ctx context.Context, now time.Time) <-chan activityResult {
+// readActivity reads the activity chart's figures up to now. It is the
+// page's longest read (it rolls up what finished since the last roll-up,
+// then reads the backlog): the page runs it beside its other reads, on a
+// connection of its own, through h.activity.
+func (h *Handler) readActivity(ctx context.Context) (timedActivity, error) {
+	now := h.cfg.Now()
 	since := now.Truncate(chartBucket).Add(-(chartBuckets - 1) * chartBucket)
-	done := make(chan activityResult, 1)
-	go func() {
-		a, err := h.cfg.Audit.Activity(ctx, since, chartBucket, chartBuckets)
-		done <- activityResult{a, err}
-	}()
-	return done
+	a, err := h.cfg.Audit.Activity(ctx, since, chartBucket, chartBuckets)
+	return timedActivity{a, now}, err
 }
 
 // checkListChoices refuses a kind or a provider the list offers no choice

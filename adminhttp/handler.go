@@ -6,11 +6,13 @@ import (
 	"html/template"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
 
+	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/internal/ingest"
 )
 
@@ -27,6 +29,10 @@ type Handler struct {
 	ingest   *ingest.Recorder
 	riverUI  *riverui.Handler
 	routes   http.Handler
+	// stats and activity are the counts every list page and
+	// /api/v1/stats read, shared among the readers (see sharedRead).
+	stats    *sharedRead[audit.Stats]
+	activity *sharedRead[timedActivity]
 
 	// bodies holds a token for each request body being read and handled.
 	bodies chan struct{}
@@ -65,6 +71,8 @@ func NewHandler(cfg Config) (*Handler, error) {
 		bodies:   make(chan struct{}, MaxConcurrentBodies),
 		where:    where{Database: cc.Database, Host: cc.Host, Version: cfg.Version},
 	}
+	h.stats = newSharedRead(cfg.Audit.Stats, time.Now)
+	h.activity = newSharedRead(h.readActivity, time.Now)
 	if !cfg.DisableRiverUI {
 		if h.riverUI, err = newRiverUI(cfg); err != nil {
 			return nil, err

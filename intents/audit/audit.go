@@ -179,6 +179,11 @@ type Stats struct {
 	// OldestPendingAgeSeconds is OldestPendingAge in seconds, as JSON shows
 	// it (and the metric outbox_oldest_pending_intent_age_seconds).
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	// CountedAt is when the counts were taken (the start of their
+	// snapshot, by the database's clock). The admin handler shares one
+	// count among its readers while counting is slow (a backlog): its
+	// counts may be a few seconds old.
+	CountedAt time.Time `json:"counted_at"`
 }
 
 // Store reads and acts on the outbox's tables. It is safe for concurrent

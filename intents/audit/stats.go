@@ -40,7 +40,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 			return err
 		}
 		var micros *int64
-		if err := tx.QueryRow(ctx, oldestPendingAgeSQL, []string{string(intenttype.StatePending), string(intenttype.StateDispatching)}).Scan(&micros); err != nil {
+		if err := tx.QueryRow(ctx, oldestPendingAgeSQL, []string{string(intenttype.StatePending), string(intenttype.StateDispatching)}).Scan(&micros, &st.CountedAt); err != nil {
 			return err
 		}
 		if micros != nil {
@@ -74,8 +74,8 @@ GROUP BY kind, state`
 // oldestPendingAgeSQL measures by the database's clock, in microseconds,
 // the age of the oldest intent in one of the states $1 (pending or
 // dispatching: a waiting intent waits for others, not for the dispatcher);
-// NULL when there is none.
+// NULL when there is none; and the start of the counts' snapshot.
 const oldestPendingAgeSQL = `
-SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint
+SELECT (extract(epoch FROM now() - min(created_at)) * 1000000)::bigint, now()
 FROM outbox_intents
 WHERE finished_at IS NULL AND state = ANY($1)`

@@ -19,7 +19,8 @@ import (
 // intents are recorded at once (a provider came back after an outage, a
 // backfill), then one dispatcher drains them against the zero-latency
 // Stripe double while an operator's screens and an API client read every
-// few hundred milliseconds. The drain must not slow as it goes (its last
+// few hundred milliseconds, and an operator runs outboxd stats every few
+// seconds. The drain must not slow as it goes (its last
 // tenth at 90% of its first tenth's rate or more), and stats, the
 // dashboard's pages and the API must answer within 50 ms throughout.
 
@@ -84,7 +85,10 @@ func (t *tenths) rate(k int) float64 {
 type backlogRead struct {
 	name string
 	call func(ctx context.Context) error
-	took []time.Duration
+	// every is how many rounds of reads apart it runs: 1, or more for a
+	// command an operator runs now and then, not a screen that refreshes.
+	every int
+	took  []time.Duration
 }
 
 func (r *runner) backlogRows(ctx context.Context) ([]Row, error) {
@@ -161,7 +165,7 @@ func (r *runner) backlogReads(db *database) ([]*backlogRead, error) {
 		return func(ctx context.Context) error { return get(ctx, admin, path) }
 	}
 	return []*backlogRead{
-		{name: "stats (audit.Store.Stats: dashboard, CLI and API)", call: func(ctx context.Context) error {
+		{name: "outboxd stats (audit.Store.Stats, counted live)", every: 10, call: func(ctx context.Context) error {
 			_, err := store.Stats(ctx)
 			return err
 		}},
@@ -178,7 +182,7 @@ func (r *runner) backlogReads(db *database) ([]*backlogRead, error) {
 func readDuring(ctx context.Context, done <-chan struct{}, reads []*backlogRead) error {
 	tick := time.NewTicker(backlogReadEvery)
 	defer tick.Stop()
-	for {
+	for round := 0; ; round++ {
 		select {
 		case <-done:
 			return nil
@@ -187,6 +191,9 @@ func readDuring(ctx context.Context, done <-chan struct{}, reads []*backlogRead)
 		case <-tick.C:
 		}
 		for _, rd := range reads {
+			if round%max(rd.every, 1) != 0 {
+				continue
+			}
 			start := time.Now()
 			if err := rd.call(ctx); err != nil {
 				return fmt.Errorf("%s during the drain: %w", rd.name, err)
@@ -219,7 +226,7 @@ func backlogReport(n int, t *tenths, reads []*backlogRead) []Row {
 		row := Row{Measure: fmt.Sprintf("%s during the drain of %s, 90th percentile", rd.name, count(n)), Unit: "ms",
 			Figure: ms(p90), Baseline: "the median read", BaselineFigure: ms(ts[len(ts)/2]),
 			Target: fmt.Sprintf("≤ %d ms", backlogReadTarget.Milliseconds()), Met: p90 <= backlogReadTarget,
-			Note: fmt.Sprintf("%d reads, %s apart; slowest %.1f ms", len(ts), backlogReadEvery, ms(ts[len(ts)-1]))}
+			Note: fmt.Sprintf("%d reads, %s apart; slowest %.1f ms", len(ts), time.Duration(max(rd.every, 1))*backlogReadEvery, ms(ts[len(ts)-1]))}
 		if row.BaselineFigure > 0 {
 			row.Ratio = row.Figure / row.BaselineFigure
 		}

@@ -20,7 +20,7 @@ the oldest pending or dispatching intent is (a growing age means the
 dispatcher is behind or not running).`, env)
 	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
-	asJSON := fs.Bool("json", false, `print the counts as JSON: {"total", "by_state", "by_kind_state", "in_doubt", "oldest_pending_age_seconds"}`)
+	asJSON := fs.Bool("json", false, `print the counts as JSON: {"total", "by_state", "by_kind_state", "in_doubt", "oldest_pending_age_seconds", "counted_at"}`)
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}

@@ -52,7 +52,6 @@ FROM generate_series(1, $1::int) AS g`}
 type tenths struct {
 	n        int64
 	settled  atomic.Int64
-	start    time.Time
 	at       [11]atomic.Int64 // UnixNano of the k-th tenth; at[0] is the start
 	done     chan struct{}
 	doneOnce sync.Once

@@ -166,13 +166,19 @@ func TestSmokeRetainedMeasuresEveryRow(t *testing.T) {
 func TestWorkCountsWhatEachMessageWrites(t *testing.T) {
 	t.Parallel()
 	report, _ := smokeRun(t, bench.Config{Only: []string{"work"}, Peers: []string{"river"}})
-	if len(report.Rows) != 4 {
-		t.Fatalf("%d rows, want 4 (heap, index, WAL, CPU)", len(report.Rows))
+	if len(report.Rows) != 5 {
+		t.Fatalf("%d rows, want 5 (heap, index entries bounded and from the WAL, WAL, CPU):\n%s", len(report.Rows), report.Rows[0].Note)
 	}
-	for _, row := range report.Rows[:3] {
+	for _, row := range report.Rows[:4] {
 		if row.Figure <= 0 || row.BaselineFigure <= 0 {
 			t.Errorf("row %q: figure %v, baseline %v; want both measured", row.Measure, row.Figure, row.BaselineFigure)
 		}
+	}
+	// Entries counted from the WAL are those written: never more than an
+	// entry in every index of every table at each write.
+	if bound, exact := report.Rows[1], report.Rows[2]; exact.Figure > bound.Figure || exact.BaselineFigure > bound.BaselineFigure {
+		t.Errorf("index entries from the WAL %.2f (peer %.2f) exceed the upper bound %.2f (peer %.2f)",
+			exact.Figure, exact.BaselineFigure, bound.Figure, bound.BaselineFigure)
 	}
 	// Per message: the marker, the intent, its claim and its settlement.
 	if heap := report.Rows[0].Figure; heap < 4 {

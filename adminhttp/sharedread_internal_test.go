@@ -35,13 +35,24 @@ func (f *fakeCounter) advance(d time.Duration) {
 	f.clock = f.clock.Add(d)
 }
 
+// holdCounts makes each count from now on tell started and wait for hold;
+// nil, nil lets them run at once. Counts run in the cache's goroutines.
+func (f *fakeCounter) holdCounts(hold, started chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hold, f.started = hold, started
+}
+
 func (f *fakeCounter) count(context.Context) (audit.Stats, error) {
 	n := f.counts.Add(1)
-	if f.started != nil {
-		f.started <- struct{}{}
+	f.mu.Lock()
+	hold, started := f.hold, f.started
+	f.mu.Unlock()
+	if started != nil {
+		started <- struct{}{}
 	}
-	if f.hold != nil {
-		<-f.hold
+	if hold != nil {
+		<-hold
 	}
 	f.advance(f.cost)
 	return audit.Stats{Total: int(n)}, f.err
@@ -91,18 +102,19 @@ func TestSharedReadSharesASlowCount(t *testing.T) {
 		t.Fatalf("read within the reuse: count %d aged %s, want the first, aged %s", n, age, sharedReuseLimit-time.Second)
 	}
 	f.advance(2 * time.Second)
-	f.hold, f.started = make(chan struct{}), make(chan struct{}, 10)
+	hold, started := make(chan struct{}), make(chan struct{}, 10)
+	f.holdCounts(hold, started)
 	for range 5 {
 		if n, _ := mustGet(t, c); n != 1 {
 			t.Fatalf("read past the reuse while a count runs: count %d, want the first at once", n)
 		}
 	}
-	<-f.started
+	<-started
 	if got := f.counts.Load(); got != 2 {
 		t.Fatalf("%d counts after five readers past the reuse, want 2 (one new count shared)", got)
 	}
-	close(f.hold)
-	f.hold = nil
+	f.holdCounts(nil, nil)
+	close(hold)
 	// The new count ends: it is the one readers get.
 	deadline := time.Now().Add(10 * time.Second)
 	for n, _ := mustGet(t, c); n != 2; n, _ = mustGet(t, c) {

@@ -397,6 +397,17 @@ func (s *step) settle(ctx context.Context, dec decision) error {
 	}
 	d.logSettlement(ctx, s, dec, res)
 	d.observe(s.row.Kind, s.row.CreatedAt, s.started, dec.Settlement, res.Applied)
+	if !res.Applied && s.jobID != 0 && !res.Queued &&
+		(res.State == intenttype.StatePending || res.State == intenttype.StateDispatching) {
+		// Another attempt holds the intent, or left it for a later one, and
+		// this job may be the one that made it: River re-runs a job whose
+		// worker it thought stuck while that worker still runs (this one).
+		// Returning nil would have River complete the job under the other
+		// run, and an intent whose claimer then died would have no job to
+		// take it over. Snoozed, the job looks again when River would have
+		// rescued it; the claim has settled by then unless its claimer died.
+		return river.JobSnooze(d.config.RescueStuckJobsAfter)
+	}
 	return nil
 }
 

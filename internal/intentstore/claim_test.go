@@ -165,6 +165,60 @@ func TestALateSuccessIsRecordedOnItsAttempt(t *testing.T) {
 	}
 }
 
+// A success learnt late by an attempt that was taken over settles the
+// intent whatever a later attempt of the same key made of it meanwhile:
+// held by it (its call can only replay the success; its row is closed for
+// want of an outcome, which it will never record) or left pending for a
+// retry. A refusal learnt that late changes nothing.
+func TestLateSuccessSettlesWhatALaterAttemptHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, laterLeft := range []intenttype.State{intenttype.StateDispatching, intenttype.StatePending} {
+		t.Run(string(laterLeft), func(t *testing.T) {
+			t.Parallel()
+			pool, store, load, id := setupOnPool(t)
+			now := time.Now()
+			if _, err := store.Claim(ctx, intentstore.ClaimParams{Row: load(id), ProviderKey: "ns.0/orders:m1", Namespace: "ns", Now: now}); err != nil {
+				t.Fatal(err)
+			}
+			first := load(id)
+			if _, err := store.Claim(ctx, intentstore.ClaimParams{Row: first, ProviderKey: "ns.0/orders:m1", Namespace: "ns", Now: now}); err != nil {
+				t.Fatal(err)
+			}
+			if laterLeft == intenttype.StatePending {
+				if _, err := store.Settle(ctx, intentstore.Settlement{Row: load(id), From: intenttype.StateDispatching, Attempt: 2, To: intenttype.StatePending,
+					MayHaveActed: true, RetryIn: time.Hour, Outcome: &intentstore.AttemptOutcome{Finished: now, Outcome: "retry", HTTPStatus: 503}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			refused, err := store.Settle(ctx, intentstore.Settlement{Row: first, From: intenttype.StateDispatching, Attempt: 1, To: intenttype.StateFailed,
+				Outcome: &intentstore.AttemptOutcome{Finished: now, Outcome: "failed", HTTPStatus: 402}})
+			if err != nil || refused.Applied || refused.State != laterLeft {
+				t.Fatalf("late refusal = %+v, %v; want not applied, still %s", refused, err, laterLeft)
+			}
+			adopted, err := store.Settle(ctx, intentstore.Settlement{Row: first, From: intenttype.StateDispatching, Attempt: 1, To: intenttype.StateSucceeded,
+				ProviderRef: "pi_1", Outcome: &intentstore.AttemptOutcome{Finished: now, Outcome: "succeeded", ProviderRef: "pi_1"}})
+			if err != nil || !adopted.Applied || adopted.State != intenttype.StateSucceeded {
+				t.Fatalf("late success = %+v, %v; want the intent settled as succeeded", adopted, err)
+			}
+			r := load(id)
+			if r.State != intenttype.StateSucceeded || r.Queued || r.ClaimedAttempt != 0 {
+				t.Fatalf("row = %+v, want succeeded, neither queued nor claimed", r)
+			}
+			var open int
+			var from, ref string
+			if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_intent_attempts WHERE intent_id = $1 AND outcome IS NULL),
+				(SELECT from_state FROM outbox_intent_events WHERE intent_id = $1 AND to_state = 'succeeded'),
+				(SELECT coalesce(provider_ref, '') FROM outbox_intents WHERE id = $1)`, id).Scan(&open, &from, &ref); err != nil {
+				t.Fatal(err)
+			}
+			if open != 0 || from != string(laterLeft) || ref != "pi_1" {
+				t.Fatalf("%d attempts without an outcome, success event from %q, provider ref %q; want none, from %s, pi_1", open, from, ref, laterLeft)
+			}
+		})
+	}
+}
+
 // Two runs of one action at once (a double click, a client's retry while
 // the first is still in flight) apply it once, and both report it done:
 // the second, which waited for the row lock, sees the first's event.

@@ -97,8 +97,13 @@ func TestSettleGroupGuardsEachSettlement(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
 	store, rows := claimedIntents(t, pool, 4)
-	stale := succeeded(rows[1])
-	stale.Attempt = rows[1].ClaimedAttempt + 1 // an attempt that was taken over
+	// A refusal answered to an attempt that no longer holds the claim (a
+	// success would settle the intent all the same: see
+	// TestLateSuccessSettlesWhatALaterAttemptHolds).
+	stale := Settlement{
+		Row: rows[1], From: intenttype.StateDispatching, Attempt: rows[1].ClaimedAttempt + 1, To: intenttype.StateFailed,
+		LastError: "refused", Outcome: &AttemptOutcome{Finished: time.Now(), Outcome: "failed", HTTPStatus: 400},
+	}
 	failed := Settlement{
 		Row: rows[2], From: intenttype.StateDispatching, Attempt: rows[2].ClaimedAttempt, To: intenttype.StateFailed,
 		LastError: "refused", Outcome: &AttemptOutcome{Finished: time.Now(), Outcome: "failed", HTTPStatus: 400},

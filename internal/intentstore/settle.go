@@ -77,6 +77,10 @@ type Settled struct {
 	Applied bool
 	// State is the intent's state after the settlement.
 	State intenttype.State
+	// Queued, for a settlement that did not apply, says whether the queue
+	// holds the intent now; otherwise it is River's while it is pending
+	// or dispatching.
+	Queued bool
 	// dependentsAppeared: the intent has dependents; with Applied false and
 	// a settlement that skipped the release, it is run again with it.
 	dependentsAppeared bool
@@ -89,7 +93,9 @@ type Settled struct {
 // so a known outcome is not lost to one failed commit. When the guard no
 // longer holds (the claim was taken over, an operator acted), the attempt is
 // still recorded and the intent is left as it is; a success learnt that late
-// still settles an in_doubt intent of the same key generation.
+// still settles the intent of the same key generation, unless it finished
+// (in_doubt, pending for a later attempt, or held by a later attempt, whose
+// call under the same key can only replay it).
 //
 // Settlements made at the same time share a transaction (group commit):
 // while one is being committed, those that arrive wait and are then
@@ -304,7 +310,7 @@ func (r *settleResult) settled() Settled {
 func (s *Store) settledState(ctx context.Context, id int64) (Settled, error) {
 	var out Settled
 	err := s.retryTransient(ctx, func(ctx context.Context) error {
-		err := s.pool.QueryRow(ctx, settledStateSQL, pgx.NamedArgs{"id": id}).Scan(&out.State, &out.dependentsAppeared)
+		err := s.pool.QueryRow(ctx, settledStateSQL, pgx.NamedArgs{"id": id}).Scan(&out.State, &out.Queued, &out.dependentsAppeared)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // gone: retention pruned it
 		}
@@ -346,13 +352,16 @@ func (s *Store) queueSettlement(b *pgx.Batch, st Settlement) *settleResult {
 		args["replayed"], args["attempt_error"] = o.Replayed, nullString(o.Error)
 		args["archive_attempt"] = strings.HasPrefix(o.Error, TakeOverPrefix)
 	}
-	// Only when the guard failed does adopt find an in_doubt intent: the
-	// outcome, learnt late by an attempt taken over meanwhile, that the
-	// provider performed it (a known outcome is never discarded).
+	// Only when the guard failed does adopt find the intent unfinished:
+	// the outcome, learnt late by an attempt taken over meanwhile, that the
+	// provider performed it (a known outcome is never discarded). The
+	// intent may be in_doubt, pending for a later attempt, or held by one
+	// (whose call, under the same key, can only replay this success).
 	adopt := st.To == intenttype.StateSucceeded && st.Attempt > 0
-	args["adopt"], args["adopt_reason"] = adopt, ""
+	args["adopt"], args["adopt_reason"], args["superseded_error"] = adopt, "", ""
 	if adopt {
 		args["adopt_reason"] = fmt.Sprintf("attempt %d, taken over meanwhile, learnt that the provider performed it", st.Attempt)
+		args["superseded_error"] = fmt.Sprintf("%s attempt %d, which this one took over, learnt meanwhile that the provider performed the intent", TakeOverPrefix, st.Attempt)
 	}
 	settleQ.queue(b, args).QueryRow(func(row pgx.Row) error { return row.Scan(&res.updated, &res.adopted) })
 	res.to = st.To
@@ -464,26 +473,37 @@ event AS (
     WHERE @to::text <> @from::text AND (@to::text <> 'pending' OR @new_generation)
       AND NOT (@from::text = 'dispatching' AND @to::text = 'succeeded' AND @outcome::text = 'succeeded')
 ),
-adopted AS (
-    UPDATE outbox_intents
-    SET state = 'succeeded', provider_ref = coalesce(@provider_ref, provider_ref), last_error = NULL,
-        recheck_at = NULL, updated_at = now(), finished_at = now()
-    WHERE @adopt AND id = @id AND state = 'in_doubt' AND key_generation = @seen_generation
+adoptable AS (
+    SELECT state AS was, claimed_attempt FROM outbox_intents
+    WHERE @adopt AND id = @id AND state IN ('in_doubt', 'pending', 'dispatching') AND key_generation = @seen_generation
       AND NOT (@release_skipped AND has_dependents)
-    RETURNING id
+      AND NOT (state = @from::text AND CASE WHEN @from::text = 'dispatching' THEN claimed_attempt = @attempt
+                                            ELSE attempt_count = @seen_attempts END)
+),
+adopted AS (
+    UPDATE outbox_intents i
+    SET state = 'succeeded', provider_ref = coalesce(@provider_ref, i.provider_ref), last_error = NULL,
+        recheck_at = NULL, queued = false, claimed_attempt = NULL, claim_token = NULL,
+        attempt_finished_at = CASE WHEN a.was = 'dispatching' THEN now() ELSE i.attempt_finished_at END,
+        attempt_outcome = CASE WHEN a.was = 'dispatching' THEN 'ambiguous' ELSE i.attempt_outcome END,
+        attempt_error = CASE WHEN a.was = 'dispatching' THEN @superseded_error ELSE i.attempt_error END,
+        updated_at = now(), finished_at = now()
+    FROM adoptable a
+    WHERE i.id = @id AND i.state = a.was AND i.claimed_attempt IS NOT DISTINCT FROM a.claimed_attempt
+    RETURNING i.id, a.was
 ),
 adopted_event AS (
     INSERT INTO outbox_events (intent_id, actor, from_state, to_state, reason)
-    SELECT id, 'dispatcher', 'in_doubt', 'succeeded', @adopt_reason FROM adopted
+    SELECT id, 'dispatcher', was, 'succeeded', @adopt_reason FROM adopted
 )
 SELECT (SELECT count(*) FROM updated), (SELECT count(*) FROM adopted)`
 
 // settledStateSQL reads, in a statement of its own (a snapshot taken once
 // the settlement's transaction has ended), what an intent is after a
-// settlement that did not apply: its state and whether an intent was
-// recorded after it meanwhile (see settleAgainWithRelease). No row: it is
-// gone (retention pruned it).
-const settledStateSQL = `SELECT state, has_dependents FROM outbox_intents WHERE id = @id`
+// settlement that did not apply: its state, whether the queue holds it,
+// and whether an intent was recorded after it meanwhile (see
+// settleAgainWithRelease). No row: it is gone (retention pruned it).
+const settledStateSQL = `SELECT state, queued, has_dependents FROM outbox_intents WHERE id = @id`
 
 // endJobSQL deletes, after settleSQL in its transaction, the running River
 // dispatch job @job_id that made the attempt, unless the intent still

@@ -89,8 +89,9 @@ func TestRecordInterruptedPrintsWhatWasRecorded(t *testing.T) {
 	env, stdout, stderr := environment(map[string]string{"DATABASE_URL": dbURL}, "")
 	env.Stdin = &blockingReader{
 		// The third value is refused without the database, and its report
-		// says the loop is past the second: waiting for the second's marker
-		// instead would race with the client learning of its commit.
+		// says the loop is past the first two, a full batch (--batch 2)
+		// recorded before the third was taken: waiting for the second's
+		// marker instead would race with the client learning of its commit.
 		content: strings.NewReader(line("i-1", "billing", intent("stripe.payment_intent", "", paymentPayload)) + "\n" +
 			line("i-2", "billing", intent("sendgrid.email", "", emailPayload)) + "\n[]\n"),
 		done: done,
@@ -98,7 +99,7 @@ func TestRecordInterruptedPrintsWhatWasRecorded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	exit := make(chan int, 1)
-	go func() { exit <- cli.Main(ctx, []string{"record"}, env) }()
+	go func() { exit <- cli.Main(ctx, []string{"record", "--batch", "2"}, env) }()
 
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(stderr.String(), "value 3 (line 3)") {
@@ -108,13 +109,8 @@ func TestRecordInterruptedPrintsWhatWasRecorded(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancel() // Ctrl-C: the input is still open
-	select {
-	case code := <-exit:
-		if code != 1 {
-			t.Errorf("interrupted record exited %d, want 1", code)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("record did not stop when interrupted")
+	if code := waitExit(t, exit, "interrupted record"); code != 1 {
+		t.Errorf("interrupted record exited %d, want 1", code)
 	}
 	wantContains(t, "stdout", stdout.String(), "3 values (3 lines): 2 messages recorded with 2 intents, 0 duplicates absorbed, 1 bad value")
 	wantContains(t, "stderr", stderr.String(), "interrupted after 3 values", "2 messages before it recorded")

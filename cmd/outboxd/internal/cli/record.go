@@ -481,17 +481,15 @@ func (c *valueCutter) cutLine(line []byte) bool {
 		c.reset()
 	}
 	for i := 0; i < len(line); {
+		var more bool
 		if c.depth == 0 {
-			var more bool
-			if i, more = c.outside(line, i); !more {
-				return false
-			}
-			continue
+			i, more = c.outside(line, i)
+		} else {
+			i, more = c.inside(line, i)
 		}
-		if !c.inside(line[i]) {
+		if !more {
 			return false
 		}
-		i++
 	}
 	if c.depth > 0 {
 		c.buf = append(c.buf, '\n')
@@ -512,38 +510,50 @@ func (c *valueCutter) outside(line []byte, i int) (int, bool) {
 	case ' ', '\t', '\r', '\n':
 		return i + 1, true
 	case '{', '[':
-		c.start, c.depth, c.buf = c.lineNo, 1, append(c.buf[:0], line[i])
+		// Most values are a line of their own: room for the rest of it.
+		c.start, c.depth, c.buf = c.lineNo, 1, append(make([]byte, 0, len(line)-i+1), line[i])
 		return i + 1, true
 	}
 	// A scalar or garbage: the rest of the line.
 	return len(line), c.send(jsonValue{data: bytes.TrimSpace(append([]byte(nil), line[i:]...)), line: c.lineNo})
 }
 
-// inside adds b to the open value, and emits the value if b closes it. It
-// returns false if emit said stop.
-func (c *valueCutter) inside(b byte) bool {
-	c.buf = append(c.buf, b)
-	switch {
-	case c.inString && c.escaped:
-		c.escaped = false
-	case c.inString && b == '\\':
-		c.escaped = true
-	case c.inString && b == '"':
-		c.inString = false
-	case c.inString:
-	case b == '"':
-		c.inString = true
-	case b == '{' || b == '[':
-		c.depth++
-	case b == '}' || b == ']':
-		c.depth--
-		if c.depth == 0 {
-			v := jsonValue{data: c.buf, line: c.start}
-			c.reset()
-			return c.send(v)
+// inside reads line from i, inside a value: it adds to the value the
+// bytes up to the one that closes it, and emits it, or the rest of the
+// line. It returns where to read on, and false if emit said stop.
+func (c *valueCutter) inside(line []byte, i int) (int, bool) {
+	from := i
+	for ; i < len(line); i++ {
+		b := line[i]
+		switch {
+		case c.inString && c.escaped:
+			c.escaped = false
+		case c.inString && b == '\\':
+			c.escaped = true
+		case c.inString && b == '"':
+			c.inString = false
+		case c.inString:
+			// Skip to the string's next quote or escape.
+			if n := bytes.IndexAny(line[i:], `"\`); n > 0 {
+				i += n - 1
+			} else if n < 0 {
+				i = len(line) - 1
+			}
+		case b == '"':
+			c.inString = true
+		case b == '{' || b == '[':
+			c.depth++
+		case b == '}' || b == ']':
+			c.depth--
+			if c.depth == 0 {
+				v := jsonValue{data: append(c.buf, line[from:i+1]...), line: c.start}
+				c.reset()
+				return i + 1, c.send(v)
+			}
 		}
 	}
-	return true
+	c.buf = append(c.buf, line[from:]...)
+	return i, true
 }
 
 // end reports what the input ended on: a read error, or a value still

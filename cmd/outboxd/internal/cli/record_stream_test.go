@@ -118,3 +118,24 @@ func TestRecordInterruptedPrintsWhatWasRecorded(t *testing.T) {
 		t.Errorf("%d messages' markers in the database, want the 2 recorded", markers)
 	}
 }
+
+// TestValuesAreCutAtTheBracketThatClosesThemOutsideStrings: brackets,
+// quotes and escapes inside strings do not end a value; a value may span
+// lines or share one; a scalar runs to the end of its line.
+func TestValuesAreCutAtTheBracketThatClosesThemOutsideStrings(t *testing.T) {
+	t.Parallel()
+	in := `{"a": "}]{[", "b": "say \"}\"", "c": "\\"} {"d": [1, {"e": "\\\""}]}` + "\n" +
+		`  {"f":` + "\n" + `  "g\"h",` + "\n" + `  "i": ["}"]}` + "\n" +
+		`42 and more` + "\n" +
+		`["x", "]"]`
+	want := []string{
+		`1 {"a": "}]{[", "b": "say \"}\"", "c": "\\"}`,
+		`1 {"d": [1, {"e": "\\\""}]}`,
+		"2 {\"f\":\n  \"g\\\"h\",\n  \"i\": [\"}\"]}",
+		`5 42 and more`,
+		`6 ["x", "]"]`,
+	}
+	if got := cli.CutValues(in, 1<<20); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("values cut:\n%q\nwant:\n%q", got, want)
+	}
+}

@@ -342,6 +342,9 @@ func (r *recordRun) flush(ctx context.Context) error {
 	if len(r.batch) == 0 {
 		return nil
 	}
+	if ctx.Err() != nil {
+		return r.interrupted(false) // nothing of the batch was sent
+	}
 	msgs := make([]ingest.Message, len(r.batch))
 	for i, v := range r.batch {
 		msgs[i] = v.msg

@@ -139,3 +139,32 @@ func TestRecordInterruptedWhileCommittingSaysWhichValuesMayBeRecorded(t *testing
 		t.Errorf("markers = %v, want the first batch's", got.markers)
 	}
 }
+
+// TestRecordShowsProgressEveryThousandValues: a line on stderr every
+// 1000 values, once the values before it are recorded (batches of 100).
+func TestRecordShowsProgressEveryThousandValues(t *testing.T) {
+	t.Parallel()
+	_, dbURL := pgtest.NewDB(t)
+	var in strings.Builder
+	for i := 1; i <= 2500; i++ {
+		if i == 1500 {
+			in.WriteString("not json\n")
+			continue
+		}
+		in.WriteString(line(fmt.Sprint("p-", i), "billing", intent("sendgrid.email", "", emailPayload)) + "\n")
+	}
+	r := outboxd(t, invocation{env: map[string]string{"DATABASE_URL": dbURL}, stdin: in.String(), args: []string{"record"}})
+	if r.code != 1 {
+		t.Fatalf("record: %s; want exit 1 for the bad value", r)
+	}
+	var progress []string
+	for _, l := range strings.Split(r.stderr, "\n") {
+		if strings.HasPrefix(l, "... ") {
+			progress = append(progress, l)
+		}
+	}
+	if len(progress) != 2 || progress[0] != "... 1000 values read, 1000 recorded, 0 duplicates, 0 bad" || !strings.HasPrefix(progress[1], "... 20") {
+		t.Errorf("progress lines %q; want one at 1000 values and one past 2000", progress)
+	}
+	wantContains(t, "stdout", r.stdout, "2500 values (2500 lines): 2499 messages recorded with 2499 intents, 0 duplicates absorbed, 1 bad value")
+}

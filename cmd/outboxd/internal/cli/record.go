@@ -188,7 +188,8 @@ const (
 	// it was given.
 	recordIdleFlush = 100 * time.Millisecond
 	// recordBatchBytes: a batch is recorded once its values take more than
-	// this, bounding what it holds (a value may take 16 MiB by default).
+	// this, bounding what it holds (a value may take 1 MiB with the default
+	// --max-payload-bytes, 512 MiB at most).
 	recordBatchBytes = 32 << 20
 )
 
@@ -223,6 +224,10 @@ func recordValues(ctx context.Context, recorder *ingest.Recorder, in io.Reader, 
 			err = run.flush(ctx)
 		case v, ok := <-reader.values:
 			if !ok {
+				// The input ended, or the reader stopped at the interrupt.
+				if ctx.Err() != nil {
+					return run.s, run.interrupted(false)
+				}
 				err = run.flush(ctx)
 				return run.s, err
 			}
@@ -393,7 +398,10 @@ func (r *recordRun) interrupted(committing bool) error {
 	case committing:
 		return fmt.Errorf("interrupted while recording %s, which may or may not have been recorded; %s before %s recorded %s", r.span(), recorded, it, safe)
 	case len(r.batch) > 0:
-		was := map[bool]string{true: "was", false: "were"}[len(r.batch) == 1]
+		was := "were"
+		if len(r.batch) == 1 {
+			was = "was"
+		}
 		return fmt.Errorf("interrupted after %s; %s %s read but not recorded; %s before %s recorded %s", plural(r.s.Values, "value"), r.span(), was, recorded, it, safe)
 	}
 	return fmt.Errorf("interrupted after %s; %s before it recorded %s", plural(r.s.Values, "value"), recorded, safe)

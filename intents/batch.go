@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,9 +22,13 @@ import (
 // Postgres reports a transient error. Every message of the batch shares tx.
 type BatchHandler func(ctx context.Context, tx pgx.Tx, msg Message, rec *Recorder) error
 
-// BatchError says which message of a batch failed: its handler returned an
-// error or panicked (Err is then a *PanicError), or one of its intents was
-// refused. The whole batch was rolled back. It wraps the cause.
+// BatchError says which message of a batch failed, and so made the whole
+// batch fail: the message is invalid (Err wraps ErrInvalidMessage), its
+// handler returned an error or panicked (Err is then a *PanicError), its
+// handler returned nil over a statement of its that failed (Err wraps
+// pgx.ErrTxCommitRollback), or one of its intents was refused, whether
+// when recorded (an *IntentError) or when stored (a *DuplicateKeyError: its
+// key is taken). Nothing of the batch was written. It wraps the cause.
 type BatchError struct {
 	// Index is the message's position in the batch.
 	Index   int
@@ -32,6 +37,10 @@ type BatchError struct {
 }
 
 func (e *BatchError) Error() string {
+	if errors.Is(e.Err, ErrInvalidMessage) {
+		// Its consumer or id is what is wrong: not quoted.
+		return fmt.Sprintf("batch message %d: %v", e.Index, e.Err)
+	}
 	return fmt.Sprintf("batch message %d (%s/%s): %v", e.Index, e.Message.Consumer, e.Message.ID, e.Err)
 }
 
@@ -52,14 +61,16 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // twice) gets Result{Duplicate: true} and its handler does not run.
 // Messages may name different consumers.
 //
-// The batch is atomic. If any handler returns an error or panics, or any
-// intent is refused, the whole transaction is rolled back, nothing of any
-// message is written, and the error is a *BatchError naming the message. A
-// caller that wants the other messages processed regardless can redeliver
-// them, or process the batch again one message at a time with Consume. An
-// invalid message (an empty id, a bad consumer name) fails the call before
-// anything is written, with an error wrapping ErrInvalidMessage and naming
-// its index.
+// The batch is atomic. If any message fails, the whole transaction is
+// rolled back, nothing of any message is written, and the error is a
+// *BatchError naming the first message found failing: an invalid message
+// (an empty id, a bad consumer name: found before anything is sent), a
+// handler that returns an error, panics, or returns nil over a statement
+// that failed, an intent refused when recorded, or one whose key is taken
+// when stored (by an intent recorded before, or by one a handler stored
+// earlier in the transaction with RecordTx). A caller that wants the other
+// messages processed regardless can leave that message out and process the
+// rest again, redeliver them, or process them one at a time with Consume.
 //
 // Transient Postgres errors rerun the whole transaction, handlers included,
 // as Consume does. Batches that share messages, run concurrently, never
@@ -128,7 +139,7 @@ func (c *Client) ConsumeBatchTx(ctx context.Context, tx pgx.Tx, msgs []Message, 
 	if err == nil && pi.len() > 0 {
 		b := &pgx.Batch{}
 		if err = c.queueInsert(ctx, tx, b, &pi); err == nil {
-			err = intentstore.MapInsertError(tx.SendBatch(ctx, b).Close())
+			err = plan.insertError(msgs, &pi, intentstore.MapInsertError(tx.SendBatch(ctx, b).Close()))
 		}
 	}
 	endSpan(span, err)
@@ -148,7 +159,7 @@ func (c *Client) startBatch(ctx context.Context, msgs []Message) (context.Contex
 func validateBatch(msgs []Message, handler BatchHandler) error {
 	for i, m := range msgs {
 		if err := m.validate(); err != nil {
-			return fmt.Errorf("intents: batch message %d: %w", i, err)
+			return &BatchError{Index: i, Message: m, Err: err}
 		}
 	}
 	if handler == nil {
@@ -162,6 +173,27 @@ func validateBatch(msgs []Message, handler BatchHandler) error {
 type batchPlan struct {
 	isNew    []bool
 	first, n []int // the message's intents are pi's [first, first+n)
+}
+
+// insertError names the message whose intent the intents' statement
+// refused, err being that statement's error (MapInsertError's): a key
+// already taken, by an intent stored before or by one a handler stored
+// earlier in the transaction, is the key of one pending intent (the keys
+// of a batch are distinct: a message is handled once, and keys derived
+// from different messages differ), and so of one message. Anything else
+// is the database's, returned as is.
+func (p batchPlan) insertError(msgs []Message, pi *pendingInsert, err error) error {
+	var dup *DuplicateKeyError
+	if !errors.As(err, &dup) {
+		return err
+	}
+	j := slices.IndexFunc(pi.recs, func(r Recorded) bool { return r.Key == dup.Key })
+	for i := range msgs {
+		if p.isNew[i] && j >= p.first[i] && j < p.first[i]+p.n[i] {
+			return &BatchError{Index: i, Message: msgs[i], Err: err}
+		}
+	}
+	return err
 }
 
 func (p batchPlan) results(pi *pendingInsert) []Result {
@@ -262,10 +294,14 @@ func (c *Client) batchOnce(ctx context.Context, msgs []Message, handler BatchHan
 		return nil
 	})
 	if err := tx.SendBatch(ctx, last).Close(); err != nil {
-		return batchPlan{}, intentstore.MapInsertError(err)
+		return batchPlan{}, plan.insertError(msgs, pi, intentstore.MapInsertError(err))
 	}
 	return plan, nil
 }
+
+// errHandlerIgnoredFailure is a batch handler's nil over a transaction one
+// of its statements failed: the batch can only roll back.
+var errHandlerIgnoredFailure = fmt.Errorf("the handler returned nil after a statement of its failed, so the transaction can only roll back: %w", pgx.ErrTxCommitRollback)
 
 // runHandlers runs the handler for each new message of the batch, once its
 // markers are inserted, and gathers their intents in pi.
@@ -288,7 +324,15 @@ func (c *Client) runHandlers(ctx context.Context, tx pgx.Tx, msgs []Message, han
 			continue
 		}
 		prepared, err := c.handle(mctx, tx, m, func(ctx context.Context, tx pgx.Tx, rec *Recorder) error {
-			return handler(ctx, tx, m, rec)
+			if err := handler(ctx, tx, m, rec); err != nil {
+				return err
+			}
+			if tx.Conn().PgConn().TxStatus() == 'E' {
+				// Known here without a round trip; COMMIT would only say
+				// that some message failed.
+				return errHandlerIgnoredFailure
+			}
+			return nil
 		}, pi.holds)
 		if err != nil {
 			if span != nil {

@@ -2,6 +2,7 @@ package intents_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -149,8 +150,9 @@ func TestConsumeBatchRefusesInvalidMessagesWithNothingWritten(t *testing.T) {
 	ran := false
 	_, err := b.client.ConsumeBatch(context.Background(), []intents.Message{{Consumer: "orders", ID: "ok"}, {Consumer: "orders", ID: ""}},
 		func(context.Context, pgx.Tx, intents.Message, *intents.Recorder) error { ran = true; return nil })
-	if !errors.Is(err, intents.ErrInvalidMessage) || !strings.Contains(err.Error(), "batch message 1") {
-		t.Fatalf("ConsumeBatch = %v, want ErrInvalidMessage naming message 1", err)
+	var batchErr *intents.BatchError
+	if !errors.Is(err, intents.ErrInvalidMessage) || !errors.As(err, &batchErr) || batchErr.Index != 1 || !strings.Contains(err.Error(), "batch message 1") {
+		t.Fatalf("ConsumeBatch = %v, want a *BatchError wrapping ErrInvalidMessage naming message 1", err)
 	}
 	if ran || b.counts(t) != (counts{}) {
 		t.Fatalf("an invalid batch ran its handler or wrote rows")
@@ -305,8 +307,8 @@ func TestConsumeBatchRerunsOnTransientErrorsAndNeverCommitsAFailedTransaction(t 
 		t.Fatalf("rows = %+v, want %+v", got, want)
 	}
 
-	// With intents to store, their statement finds the transaction failed;
-	// without, COMMIT does and rolls it back.
+	// Whether the message has intents to store or not, the batch learns
+	// that its transaction failed when the handler returns, and names it.
 	for _, record := range []bool{true, false} {
 		_, err = b.client.ConsumeBatch(ctx, []intents.Message{{Consumer: "orders", ID: fmt.Sprint("c-", record)}}, func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, 1)`, msg.ID); err != nil {
@@ -318,11 +320,117 @@ func TestConsumeBatchRerunsOnTransientErrorsAndNeverCommitsAFailedTransaction(t 
 			}
 			return nil
 		})
-		if err == nil || !record && !errors.Is(err, pgx.ErrTxCommitRollback) {
-			t.Fatalf("ConsumeBatch after a swallowed error (intents %v) = %v, want an error (pgx.ErrTxCommitRollback without intents)", record, err)
+		var batchErr *intents.BatchError
+		if !errors.As(err, &batchErr) || batchErr.Index != 0 || !errors.Is(err, pgx.ErrTxCommitRollback) {
+			t.Fatalf("ConsumeBatch after a swallowed error (intents %v) = %v, want a *BatchError for message 0 wrapping pgx.ErrTxCommitRollback", record, err)
 		}
 	}
 	if got, want := b.counts(t), (counts{markers: 2, orders: 2, intents: 4, events: 4, queued: 4}); got != want {
 		t.Fatalf("rows after the failed batch = %+v, want %+v (unchanged)", got, want)
+	}
+}
+
+// Every failure of one message comes back as a *BatchError naming it,
+// whatever finds it: the handler's return, the transaction's state when it
+// returns, the payload's bytes, or the intents' statement refusing a key
+// that an intent stored before, or one stored earlier in the same
+// transaction, holds. Nothing of the batch is written.
+func TestConsumeBatchNamesTheFailingMessageWhateverFindsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	// Stored before: the key message "taken" of consumer "orders" derives
+	// for its only intent.
+	if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := b.client.RecordTx(ctx, tx, intents.Intent{Kind: sendgridprovider.KindEmail, Payload: receipt("x@example.com"), Key: "orders:taken"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	oneReceipt := func(_ context.Context, _ pgx.Tx, _ intents.Message, rec *intents.Recorder) error {
+		return rec.Record(intents.Intent{Kind: sendgridprovider.KindEmail, Payload: receipt("a@example.com")})
+	}
+	m := func(ids ...string) []intents.Message {
+		out := make([]intents.Message, len(ids))
+		for i, id := range ids {
+			out[i] = intents.Message{Consumer: "orders", ID: id}
+		}
+		return out
+	}
+	var dupKey *intents.DuplicateKeyError
+	cases := map[string]struct {
+		msgs    []intents.Message
+		handler intents.BatchHandler
+		index   int
+		check   func(error) bool
+	}{
+		"key stored before": {
+			msgs: m("a", "b", "taken", "c"), handler: oneReceipt, index: 2,
+			check: func(err error) bool { return errors.As(err, &dupKey) && dupKey.Key == "orders:taken" },
+		},
+		"key stored earlier in the batch": {
+			// a's handler stores, with RecordTx in the batch's transaction,
+			// the key c derives; c's intent is refused when stored.
+			msgs: m("a", "b", "c"),
+			handler: func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+				if msg.ID == "a" {
+					if _, err := b.client.RecordTx(ctx, tx, intents.Intent{Kind: sendgridprovider.KindEmail, Payload: receipt("y@example.com"), Key: "orders:c"}); err != nil {
+						return err
+					}
+				}
+				return oneReceipt(ctx, tx, msg, rec)
+			},
+			index: 2,
+			check: func(err error) bool { return errors.As(err, &dupKey) && dupKey.Key == "orders:c" },
+		},
+		"a swallowed failed statement": {
+			msgs: m("a", "b", "c"),
+			handler: func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+				if msg.ID == "b" {
+					_, _ = tx.Exec(ctx, `SELECT 1/0`)
+				}
+				return oneReceipt(ctx, tx, msg, rec)
+			},
+			index: 1,
+			check: func(err error) bool { return errors.Is(err, pgx.ErrTxCommitRollback) },
+		},
+		"a number jsonb cannot store": {
+			msgs: m("a", "b", "c"),
+			handler: func(ctx context.Context, tx pgx.Tx, msg intents.Message, rec *intents.Recorder) error {
+				if msg.ID == "c" {
+					return rec.Record(intents.Intent{Kind: sendgridprovider.KindEmail, Payload: json.RawMessage(`{"from": {"email": "shop@example.com"}, "to": [{"email": "a@example.com"}], "subject": "s", "text": "t", "send_at": 1e1000000}`)})
+				}
+				return oneReceipt(ctx, tx, msg, rec)
+			},
+			index: 2,
+			check: func(err error) bool {
+				return errors.Is(err, intents.ErrInvalidIntent) && strings.Contains(err.Error(), `"send_at"`)
+			},
+		},
+		"an invalid message": {
+			msgs: append(m("a"), intents.Message{Consumer: "orders", ID: "bad\x00id"}), handler: oneReceipt, index: 1,
+			check: func(err error) bool { return errors.Is(err, intents.ErrInvalidMessage) },
+		},
+	}
+	before := b.counts(t)
+	for name, tc := range cases {
+		for _, inTx := range []bool{false, true} {
+			var err error
+			if inTx {
+				err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+					_, err := b.client.ConsumeBatchTx(ctx, tx, tc.msgs, tc.handler)
+					return err
+				})
+			} else {
+				_, err = b.client.ConsumeBatch(ctx, tc.msgs, tc.handler)
+			}
+			var batchErr *intents.BatchError
+			if !errors.As(err, &batchErr) || batchErr.Index != tc.index || batchErr.Message != tc.msgs[tc.index] || !tc.check(err) {
+				t.Errorf("%s (ConsumeBatchTx %v) = %v, want a *BatchError for message %d wrapping the cause", name, inTx, err, tc.index)
+			}
+			if got := b.counts(t); got != before {
+				t.Errorf("%s (ConsumeBatchTx %v): rows %+v after the failed batch, want %+v", name, inTx, got, before)
+			}
+		}
 	}
 }

@@ -1,14 +1,17 @@
 // Package bytecheck finds the bytes that must be refused at the door
 // (DESIGN.md, "Bytes are checked at the door"): invalid UTF-8, NUL, and in
 // JSON the escapes that encoding/json would silently rewrite or that
-// PostgreSQL refuses: \u0000 and a lone surrogate such as \ud800.
-// encoding/json turns invalid UTF-8 and lone surrogates into U+FFFD, so two
-// different ids would become one; jsonb and text refuse NUL. Checking the
-// raw bytes before decoding refuses both instead.
+// PostgreSQL refuses: \u0000 and a lone surrogate such as \ud800, and the
+// numbers jsonb cannot store (1e1000000). encoding/json turns invalid UTF-8
+// and lone surrogates into U+FFFD, so two different ids would become one;
+// jsonb and text refuse NUL, and jsonb a number beyond numeric's range.
+// Checking the raw bytes before decoding refuses them instead, naming the
+// field, where the database's refusal would name no row of a batch.
 package bytecheck
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -32,11 +35,13 @@ type Error struct {
 	Path  string
 	InKey bool
 	// Problem says what is wrong: "invalid UTF-8 (byte 0xff)", "NUL byte",
-	// "NUL escape \u0000", "lone surrogate escape \ud800", or "nested
-	// deeper than 64 levels".
+	// "NUL escape \u0000", "lone surrogate escape \ud800", "nested
+	// deeper than 64 levels", or "number 1e1000000 is beyond ...".
 	Problem string
-	// TooDeep is set when the problem is the nesting.
+	// TooDeep is set when the problem is the nesting, Number when it is a
+	// number jsonb cannot store.
 	TooDeep bool
+	Number  bool
 }
 
 func (e *Error) Error() string {
@@ -49,7 +54,7 @@ func (e *Error) Error() string {
 	case e.Path != "":
 		where = fmt.Sprintf("field %q: ", e.Path)
 	}
-	if e.TooDeep {
+	if e.TooDeep || e.Number {
 		return fmt.Sprintf("%s%s at offset %d", where, e.Problem, e.Offset)
 	}
 	return fmt.Sprintf("%s%s at offset %d (text must be valid UTF-8 without NUL)", where, e.Problem, e.Offset)
@@ -83,9 +88,10 @@ type frame struct {
 	index   int    // array: the current element's index
 }
 
-// JSON reports the first invalid UTF-8 sequence, NUL (raw or escaped) or
-// lone surrogate escape in data, naming the JSON path of the value that
-// holds it, or nesting deeper than MaxDepth. It does not check JSON syntax:
+// JSON reports the first invalid UTF-8 sequence, NUL (raw or escaped),
+// lone surrogate escape or number jsonb cannot store (NumberFits) in data,
+// naming the JSON path of the value that holds it, or nesting deeper than
+// MaxDepth. It does not check JSON syntax:
 // malformed input is scanned as far as it goes and left for the decoder to
 // report.
 func JSON(data []byte) error {
@@ -130,6 +136,17 @@ func JSON(data []byte) error {
 				}
 			}
 			i++
+		case c == '-' || c >= '0' && c <= '9':
+			// Outside a string, a digit is a number's (or malformed input,
+			// which the decoder reports).
+			end := numberEnd(data, i)
+			if !NumberFits(data[i:end]) {
+				err := fail(i, false, fmt.Sprintf("number %s is beyond what PostgreSQL's jsonb stores (at most %d digits before the decimal point and %d after)",
+					abbreviate(data[i:end]), maxNumericWeight*4+4, maxNumericScale))
+				err.(*Error).Number = true
+				return err
+			}
+			i = end
 		case c == 0:
 			return fail(i, false, "NUL byte")
 		case c < utf8.RuneSelf:
@@ -143,6 +160,83 @@ func JSON(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// PostgreSQL's numeric, in which jsonb stores numbers, holds digits in
+// groups of four: at most 32767 groups of weight (131072 digits before the
+// decimal point) and a display scale of 16383 digits after it. Its input
+// also refuses an exponent of INT_MAX/2 or beyond, whatever the digits.
+const (
+	maxNumericWeight   = 32767
+	maxNumericScale    = 16383
+	maxNumericExponent = 1<<30 - 2
+)
+
+// NumberFits reports whether PostgreSQL's jsonb stores the JSON number
+// tok, as its numeric input would decide: the digits after the decimal
+// point, less the exponent, at most 16383 (even for zero: "0e-20000" is
+// refused), and the first digit that is not zero at most 131071 places
+// before the decimal point. A token that is not a JSON number fits: the
+// decoder reports it.
+func NumberFits(tok []byte) bool {
+	s := string(tok)
+	s = strings.TrimPrefix(s, "-")
+	mantissa, expText, hasExp := strings.Cut(strings.ToLower(s), "e")
+	intPart, fracPart, _ := strings.Cut(mantissa, ".")
+	exp := int64(0)
+	if hasExp {
+		var err error
+		if exp, err = strconv.ParseInt(strings.TrimPrefix(expText, "+"), 10, 64); err != nil {
+			// Beyond int64 is too large; anything else is malformed.
+			return !errors.Is(err, strconv.ErrRange)
+		}
+	}
+	if exp > maxNumericExponent || exp < -maxNumericExponent {
+		return false
+	}
+	if int64(len(fracPart))-exp > maxNumericScale {
+		return false
+	}
+	// The place of the first digit that is not zero, from the decimal
+	// point: 0 for the units, -1 for the tenths.
+	var place int64
+	if trimmed := strings.TrimLeft(intPart, "0"); trimmed != "" {
+		place = int64(len(trimmed)) - 1
+	} else if k := strings.IndexFunc(fracPart, func(r rune) bool { return r != '0' }); k >= 0 {
+		place = -int64(k) - 1
+	} else {
+		return true // zero: any weight
+	}
+	return floorDiv(place+exp, 4) <= maxNumericWeight
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// numberEnd is where the number token starting at data[i] ends.
+func numberEnd(data []byte, i int) int {
+	for i < len(data) {
+		switch c := data[i]; {
+		case c >= '0' && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// abbreviate shows at most the first 24 bytes of a number.
+func abbreviate(tok []byte) string {
+	if len(tok) <= 24 {
+		return string(tok)
+	}
+	return string(tok[:24]) + "..."
 }
 
 // scanString scans the JSON string starting with the quote at data[start]

@@ -149,3 +149,38 @@ func TestJSONNestingIsBounded(t *testing.T) {
 		t.Fatalf("path %q", be.Path)
 	}
 }
+
+// TestJSONRefusesNumbersJSONBCannotStore: each number PostgreSQL's jsonb
+// refuses (checked against the server when the test was written) is
+// refused with its path, and each it stores at the edge of numeric's range
+// is accepted.
+func TestJSONRefusesNumbersJSONBCannotStore(t *testing.T) {
+	t.Parallel()
+	zeros := func(n int) string { return strings.Repeat("0", n) }
+	for _, tc := range []struct {
+		number string
+		fits   bool
+	}{
+		{"1e131071", true}, {"9.99e131071", true}, {"0.1e131072", true}, {"1" + zeros(131071), true},
+		{"1e-16383", true}, {"5e-16383", true}, {"0.5e-16382", true}, {"1." + zeros(16383), true},
+		{"0.0e99999999", true}, {"0e1073741822", true}, {"-12.5E+3", true}, {"1e-0", true},
+		{"1e131072", false}, {"1e1000000", false}, {"1E+1000000", false}, {"1" + zeros(131072), false},
+		{"1e-16384", false}, {"123456789e-16390", false}, {"1." + zeros(16384), false}, {"0." + zeros(16384), false},
+		{"0e-99999", false}, {"-0e-1000000", false}, {"0e1073741823", false}, {"1e99999999999999999999", false},
+	} {
+		if got := bytecheck.NumberFits([]byte(tc.number)); got != tc.fits {
+			t.Errorf("NumberFits(%.30s) = %v, want %v", tc.number, got, tc.fits)
+		}
+		doc := `{"intents": [{"payload": {"amount": [1, ` + tc.number + `]}}]}`
+		err := bytecheck.JSON([]byte(doc))
+		var be *bytecheck.Error
+		switch {
+		case tc.fits && err != nil:
+			t.Errorf("%.30s: %v, want it accepted", tc.number, err)
+		case !tc.fits && (!errors.As(err, &be) || !be.Number || be.Path != "intents[0].payload.amount[1]" || be.Offset != strings.Index(doc, tc.number)):
+			t.Errorf("%.30s: %+v, want a number error at intents[0].payload.amount[1]", tc.number, err)
+		case !tc.fits && len(err.Error()) > 250:
+			t.Errorf("%.30s: the error quotes the whole number: %d bytes", tc.number, len(err.Error()))
+		}
+	}
+}

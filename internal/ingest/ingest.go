@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -170,42 +171,143 @@ func (r *Recorder) RecordJSON(ctx context.Context, data []byte) (intents.Result,
 }
 
 // Record records msg exactly as intents.Client.Consume would: in one
-// transaction, its processed marker and its intents with their dispatch
-// jobs. A message already recorded for its consumer returns
+// transaction, its processed marker and its intents, queued for the
+// dispatchers. A message already recorded for its consumer returns
 // Result{Duplicate: true} and writes nothing, without validating its
 // intents. A refused message returns an *InputError and writes nothing; any
 // other error (the database) is returned as is.
 func (r *Recorder) Record(ctx context.Context, msg Message) (intents.Result, error) {
-	if len(msg.Intents) == 0 {
-		return intents.Result{}, &InputError{Field: "intents", Err: errors.New(`"intents" is missing or empty: a message needs at least one intent`)}
+	if err := checkIntents(msg); err != nil {
+		return intents.Result{}, err
 	}
 	res, err := r.client.Consume(ctx, intents.Message{Consumer: msg.Consumer, ID: msg.MessageID},
 		func(ctx context.Context, tx pgx.Tx, rec *intents.Recorder) error {
-			for i, in := range msg.Intents {
-				if len(in.Payload) == 0 {
-					return &InputError{Field: fmt.Sprintf("intents[%d].payload", i),
-						Err: fmt.Errorf("message %q: %w", msg.MessageID, &intents.IntentError{Index: i, Kind: in.Kind, Name: in.Name, Err: errors.New(`"payload" is missing`)})}
-				}
-				if err := rec.Record(intents.Intent{Kind: in.Kind, Name: in.Name, Payload: in.Payload, Reference: in.Reference,
-					After: in.After, OrderingKey: in.OrderingKey}); err != nil {
-					return err
-				}
-			}
-			return nil
+			return recordIntents(rec, msg)
 		})
 	if err != nil {
 		return intents.Result{}, r.classify(msg, err)
 	}
-	if r.observer != nil {
-		counts := map[string]int{}
+	r.observe([]intents.Result{res})
+	return res, nil
+}
+
+// BatchResult is what RecordBatch did with one message: recorded or
+// absorbed as a duplicate (Result), or refused (Refused).
+type BatchResult struct {
+	intents.Result
+	// Refused says why the message was refused, as Record would have
+	// refused it; nothing of it was written. Nil when it was recorded or is
+	// a duplicate.
+	Refused *InputError
+}
+
+// RecordBatch records msgs as Record records each, but in one transaction
+// for them all (intents.Client.ConsumeBatch), and returns one BatchResult
+// per message, in order. A message Record would refuse is refused alone:
+// its BatchResult holds the *InputError, nothing of it is written, and the
+// others are recorded. A message already recorded for its consumer, or
+// given earlier in msgs for the same consumer, is a duplicate.
+//
+// A refusal found in the transaction (a provider's, a key already taken)
+// rolls the batch back, and the batch is run again without that message:
+// with k messages refused there, k+1 transactions, at most len(msgs). Any
+// other error (the database, ctx) is returned as is, with no results; the
+// last transaction may or may not have committed, and recording msgs again
+// is safe (what was recorded is absorbed as duplicates). The observer is
+// told of the intents after the commit.
+func (r *Recorder) RecordBatch(ctx context.Context, msgs []Message) ([]BatchResult, error) {
+	out := make([]BatchResult, len(msgs))
+	pending := make([]int, 0, len(msgs)) // the positions in msgs to record
+	for i, m := range msgs {
+		if err := checkIntents(m); err != nil {
+			out[i].Refused = err
+			continue
+		}
+		pending = append(pending, i)
+	}
+	// Each rerun leaves one more message out, so this ends after at most
+	// len(msgs) reruns.
+	for len(pending) > 0 {
+		results, err := r.consumeBatch(ctx, msgs, pending)
+		var batchErr *intents.BatchError
+		if errors.As(err, &batchErr) {
+			i := pending[batchErr.Index]
+			var inputErr *InputError
+			if errors.As(r.classify(msgs[i], batchErr.Err), &inputErr) {
+				out[i].Refused = inputErr
+				pending = slices.Delete(pending, batchErr.Index, batchErr.Index+1)
+				continue
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		for j, res := range results {
+			out[pending[j]].Result = res
+		}
+		r.observe(results)
+		break
+	}
+	return out, nil
+}
+
+// consumeBatch runs msgs[pending] through ConsumeBatch. A message's handler
+// finds the message by its consumer and id: ConsumeBatch runs it for the
+// first of the batch's messages that share them, the others being
+// duplicates.
+func (r *Recorder) consumeBatch(ctx context.Context, msgs []Message, pending []int) ([]intents.Result, error) {
+	type key struct{ consumer, id string }
+	batch := make([]intents.Message, len(pending))
+	byKey := make(map[key]*Message, len(pending))
+	for j, i := range pending {
+		m := &msgs[i]
+		batch[j] = intents.Message{Consumer: m.Consumer, ID: m.MessageID}
+		if k := (key{m.Consumer, m.MessageID}); byKey[k] == nil {
+			byKey[k] = m
+		}
+	}
+	return r.client.ConsumeBatch(ctx, batch, func(_ context.Context, _ pgx.Tx, m intents.Message, rec *intents.Recorder) error {
+		return recordIntents(rec, *byKey[key{m.Consumer, m.ID}])
+	})
+}
+
+// checkIntents refuses a message without intents, before any transaction.
+func checkIntents(msg Message) *InputError {
+	if len(msg.Intents) == 0 {
+		return &InputError{Field: "intents", Err: errors.New(`"intents" is missing or empty: a message needs at least one intent`)}
+	}
+	return nil
+}
+
+// recordIntents is a message's handler: it records each of its intents.
+func recordIntents(rec *intents.Recorder, msg Message) error {
+	for i, in := range msg.Intents {
+		if len(in.Payload) == 0 {
+			return &InputError{Field: fmt.Sprintf("intents[%d].payload", i),
+				Err: fmt.Errorf("message %q: %w", msg.MessageID, &intents.IntentError{Index: i, Kind: in.Kind, Name: in.Name, Err: errors.New(`"payload" is missing`)})}
+		}
+		if err := rec.Record(intents.Intent{Kind: in.Kind, Name: in.Name, Payload: in.Payload, Reference: in.Reference,
+			After: in.After, OrderingKey: in.OrderingKey}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// observe tells the observer how many intents of each kind were recorded.
+func (r *Recorder) observe(results []intents.Result) {
+	if r.observer == nil {
+		return
+	}
+	counts := map[string]int{}
+	for _, res := range results {
 		for _, in := range res.Intents {
 			counts[in.Kind]++
 		}
-		for kind, n := range counts {
-			r.observer.IntentsRecorded(kind, n)
-		}
 	}
-	return res, nil
+	for kind, n := range counts {
+		r.observer.IntentsRecorded(kind, n)
+	}
 }
 
 func (r *Recorder) hint(kind string) string {

@@ -15,6 +15,10 @@
 //   - batch: messages per second through ConsumeBatch at batches of 100,
 //     against hand-written pgx writing the same rows per batch. Target:
 //     85% of the baseline.
+//   - record: intents per second through a real `outboxd record` process
+//     on one stream of JSON lines (a Stripe payment intent each), at its
+//     default --batch of 100, against --batch 1 (a transaction a message)
+//     in the same run. Target: 10 times the baseline.
 //   - e2e, the headline: the sustainable end-to-end rate. Consumers
 //     (Consume: processed marker, one business row, one Stripe payment
 //     intent) and dispatchers (Sizes.Workers) run at once on one database;
@@ -135,6 +139,9 @@ type Sizes struct {
 	// BacklogIntents is how many intents the backlog scenario records at
 	// once and drains.
 	BacklogIntents int
+	// RecordValues is how many JSON lines each side of the record row
+	// records, in each of its rounds.
+	RecordValues int
 }
 
 // FullSizes is what `make bench` runs: about ten minutes on two cores.
@@ -159,6 +166,7 @@ func FullSizes() Sizes {
 		RetainedIntents:     1_000_000,
 		WorkMessages:        4000,
 		BacklogIntents:      200_000,
+		RecordValues:        20_000,
 	}
 }
 
@@ -185,6 +193,7 @@ func QuickSizes() Sizes {
 		RetainedIntents:     1_000_000,
 		WorkMessages:        1000,
 		BacklogIntents:      20_000,
+		RecordValues:        5000,
 	}
 }
 
@@ -210,6 +219,7 @@ func SmokeSizes() Sizes {
 		RetainedIntents:     2000,
 		WorkMessages:        40,
 		BacklogIntents:      500,
+		RecordValues:        60,
 	}
 }
 
@@ -229,7 +239,8 @@ type Config struct {
 	// FetchCooldown. Defaults to dispatcher.DefaultFetchCooldown.
 	FetchCooldown time.Duration
 	// Outboxd is the outboxd executable the memory and scaleout rows run
-	// as `outboxd run`. Empty skips those rows.
+	// as `outboxd run`, and the record row as `outboxd record`. Empty
+	// skips those rows.
 	Outboxd string
 	// Progress receives a line per step. Defaults to discarding.
 	Progress io.Writer
@@ -239,7 +250,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "e2e", "work", "dispatch", "ordered", "latency", "slow", "memory", "retained", "backlog", "scaleout"}
+	return []string{"consume", "batch", "record", "e2e", "work", "dispatch", "ordered", "latency", "slow", "memory", "retained", "backlog", "scaleout"}
 }
 
 // Row is one line of the table.
@@ -350,6 +361,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}{
 		{"consume", r.consumeRows},
 		{"batch", r.batchRows},
+		{"record", r.recordRows},
 		{"e2e", r.e2eRows},
 		{"work", r.workRows},
 		{"dispatch", r.dispatchRows},
@@ -381,7 +393,7 @@ func (s Sizes) validate() error {
 		"DispatchIntents": s.DispatchIntents, "Workers": s.Workers, "LatencyRate": s.LatencyRate,
 		"SlowIntents": s.SlowIntents, "SlowWorkers": s.SlowWorkers, "MemoryIntents": s.MemoryIntents,
 		"E2EStep (ms)": int(s.E2EStep.Milliseconds()), "RetainedIntents": s.RetainedIntents, "E2EMinMessages": s.E2EMinMessages, "CommitLimitDuration (ms)": int(s.CommitLimitDuration.Milliseconds()),
-		"WorkMessages": s.WorkMessages,
+		"WorkMessages": s.WorkMessages, "RecordValues": s.RecordValues,
 	} {
 		if v < 1 {
 			return fmt.Errorf("bench: Sizes.%s must be positive, got %d", name, v)

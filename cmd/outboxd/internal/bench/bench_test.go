@@ -26,15 +26,20 @@ func smokeRun(t *testing.T, cfg bench.Config) (*bench.Report, string) {
 	return report, progress.String()
 }
 
-// Every scenario but memory (which needs an outboxd executable) runs end to
-// end with tiny sizes and yields rows with both figures measured.
+// The throughput scenarios run end to end with tiny sizes and yield rows
+// with both figures measured; record runs this test binary as outboxd
+// record (TestMain).
 func TestSmokeRunMeasuresEveryRow(t *testing.T) {
 	t.Parallel()
-	report, _ := smokeRun(t, bench.Config{Only: []string{"consume", "batch", "dispatch", "latency", "slow"}})
+	self, err := os.Executable()
+	if err != nil {
+		t.Skipf("no path to this executable: %v", err)
+	}
+	report, _ := smokeRun(t, bench.Config{Only: []string{"consume", "batch", "record", "dispatch", "latency", "slow"}, Outboxd: self})
 	// Latency has two rows at half the sustainable rate (which it measures
 	// first, e2e not running) and two at the fixed rate.
-	if len(report.Rows) != 11 {
-		t.Fatalf("%d rows, want 11 (3 consume, batch, 2 dispatch, 4 latency, slow)", len(report.Rows))
+	if len(report.Rows) != 12 {
+		t.Fatalf("%d rows, want 12 (3 consume, batch, record, 2 dispatch, 4 latency, slow)", len(report.Rows))
 	}
 	for _, row := range report.Rows {
 		if row.Figure <= 0 || row.BaselineFigure <= 0 || row.Ratio <= 0 || row.Target == "" || row.Unit == "" {
@@ -48,7 +53,7 @@ func TestSmokeRunMeasuresEveryRow(t *testing.T) {
 	if err := report.WriteTable(&table, "outboxd bench --smoke"); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| measure | figure |", "Consume, 1 intent/message, 32 consumers", "ConsumeBatch", "Dispatch keyed", "Dispatch unkeyed", "p99", "Command: outboxd bench --smoke"} {
+	for _, want := range []string{"| measure | figure |", "Consume, 1 intent/message, 32 consumers", "ConsumeBatch", "outboxd record, one stream, --batch 100 (default)", "outboxd record --batch 1", "Dispatch keyed", "Dispatch unkeyed", "p99", "Command: outboxd bench --smoke"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

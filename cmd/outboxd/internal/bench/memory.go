@@ -127,13 +127,7 @@ func startOutboxd(ctx context.Context, path, dbURL string, dbl *doubles, workers
 		"--log-format", "json",
 		"--log-level", "info",
 	)
-	env := []string{}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OUTBOXD_") && !strings.HasPrefix(kv, "STRIPE_") && !strings.HasPrefix(kv, "SENDGRID_") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = append(env, "STRIPE_API_KEY="+stripedouble.DefaultAPIKey, "SENDGRID_API_KEY="+sendgriddouble.DefaultAPIKey)
+	cmd.Env = append(outboxdEnv(), "STRIPE_API_KEY="+stripedouble.DefaultAPIKey, "SENDGRID_API_KEY="+sendgriddouble.DefaultAPIKey)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

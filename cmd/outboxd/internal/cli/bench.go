@@ -71,6 +71,10 @@ written to --out):
              hand-written pgx writing the same rows in one transaction
   batch      messages/s through ConsumeBatch at batches of 100, against
              hand-written pgx writing the same rows per batch
+  record     intents/s through a real 'outboxd record' process reading
+             one stream of JSON lines (a Stripe payment intent each), at
+             --batch 100 (the default), against --batch 1 (a transaction
+             a message)
   e2e        the sustainable end-to-end rate: consumers recording and
              dispatchers calling a zero-latency (then a 50 ms) provider at
              once, the offered rate stepped up until commit → call p99

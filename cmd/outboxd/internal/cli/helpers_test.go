@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/cli"
 	"github.com/outboxkit/outbox/migrations"
@@ -107,6 +108,19 @@ func vars(base map[string]string, pairs ...string) map[string]string {
 		}
 	}
 	return out
+}
+
+// waitExit waits for the exit code of a command run in a goroutine, and
+// fails the test if it does not come within 30 seconds.
+func waitExit(t *testing.T, exit <-chan int, what string) int {
+	t.Helper()
+	select {
+	case code := <-exit:
+		return code
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not end", what)
+		return 0
+	}
 }
 
 func wantContains(t *testing.T, what, got string, wants ...string) {

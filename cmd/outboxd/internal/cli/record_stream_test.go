@@ -89,8 +89,9 @@ func TestRecordInterruptedPrintsWhatWasRecorded(t *testing.T) {
 	env, stdout, stderr := environment(map[string]string{"DATABASE_URL": dbURL}, "")
 	env.Stdin = &blockingReader{
 		// The third value is refused without the database, and its report
-		// says the loop is past the second: waiting for the second's marker
-		// instead would race with the client learning of its commit.
+		// says the loop is past the first two, a full batch (--batch 2)
+		// recorded before the third was taken: waiting for the second's
+		// marker instead would race with the client learning of its commit.
 		content: strings.NewReader(line("i-1", "billing", intent("stripe.payment_intent", "", paymentPayload)) + "\n" +
 			line("i-2", "billing", intent("sendgrid.email", "", emailPayload)) + "\n[]\n"),
 		done: done,
@@ -98,7 +99,7 @@ func TestRecordInterruptedPrintsWhatWasRecorded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	exit := make(chan int, 1)
-	go func() { exit <- cli.Main(ctx, []string{"record"}, env) }()
+	go func() { exit <- cli.Main(ctx, []string{"record", "--batch", "2"}, env) }()
 
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(stderr.String(), "value 3 (line 3)") {
@@ -108,17 +109,33 @@ func TestRecordInterruptedPrintsWhatWasRecorded(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	cancel() // Ctrl-C: the input is still open
-	select {
-	case code := <-exit:
-		if code != 1 {
-			t.Errorf("interrupted record exited %d, want 1", code)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("record did not stop when interrupted")
+	if code := waitExit(t, exit, "interrupted record"); code != 1 {
+		t.Errorf("interrupted record exited %d, want 1", code)
 	}
 	wantContains(t, "stdout", stdout.String(), "3 values (3 lines): 2 messages recorded with 2 intents, 0 duplicates absorbed, 1 bad value")
 	wantContains(t, "stderr", stderr.String(), "interrupted after 3 values", "2 messages before it recorded")
 	if markers := len(countRows(t, pool).markers); markers != 2 {
 		t.Errorf("%d messages' markers in the database, want the 2 recorded", markers)
+	}
+}
+
+// TestValuesAreCutAtTheBracketThatClosesThemOutsideStrings: brackets,
+// quotes and escapes inside strings do not end a value; a value may span
+// lines or share one; a scalar runs to the end of its line.
+func TestValuesAreCutAtTheBracketThatClosesThemOutsideStrings(t *testing.T) {
+	t.Parallel()
+	in := `{"a": "}]{[", "b": "say \"}\"", "c": "\\"} {"d": [1, {"e": "\\\""}]}` + "\n" +
+		`  {"f":` + "\n" + `  "g\"h",` + "\n" + `  "i": ["}"]}` + "\n" +
+		`42 and more` + "\n" +
+		`["x", "]"]`
+	want := []string{
+		`1 {"a": "}]{[", "b": "say \"}\"", "c": "\\"}`,
+		`1 {"d": [1, {"e": "\\\""}]}`,
+		"2 {\"f\":\n  \"g\\\"h\",\n  \"i\": [\"}\"]}",
+		`5 42 and more`,
+		`6 ["x", "]"]`,
+	}
+	if got := cli.CutValues(in, 1<<20); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("values cut:\n%q\nwant:\n%q", got, want)
 	}
 }

@@ -393,7 +393,7 @@ func TestRecordSaysHowToEnableTheProviderOfAnUnknownKind(t *testing.T) {
 func TestRecordsHelpListsOnlyTheFlagsThatChangeWhatItDoes(t *testing.T) {
 	t.Parallel()
 	r := outboxd(t, invocation{args: []string{"record", "--help"}})
-	wantContains(t, "record --help", r.stdout, "Usage: outboxd record [flags] [FILE]", "--providers", "--webhook value", "--nats-url", "--database-url", "--json", "no API key is needed")
+	wantContains(t, "record --help", r.stdout, "Usage: outboxd record [flags] [FILE]", "--providers", "--webhook value", "--nats-url", "--database-url", "--json", "--batch", "no API key is needed")
 	for _, flag := range []string{"--stripe-api-base", "--sendgrid-api-base", "--sendgrid-reconcile", "--nats-stream", "--nats-key-window", "--webhook-idempotency-header", "--webhook-key-window", "--webhook-timeout"} {
 		if strings.Contains(r.stdout, flag) {
 			t.Errorf("record --help lists %s, which does nothing when recording:\n%s", flag, r.stdout)

@@ -30,7 +30,8 @@ type BatchHandler func(ctx context.Context, tx pgx.Tx, msg Message, rec *Recorde
 // when recorded (an *IntentError) or when stored (a *DuplicateKeyError: its
 // key is taken). Nothing of the batch was written. It wraps the cause.
 type BatchError struct {
-	// Index is the message's position in the batch.
+	// Index is the message's position in the batch, from 0; its text
+	// counts as people do (the batch's 1st message).
 	Index   int
 	Message Message
 	Err     error
@@ -39,9 +40,9 @@ type BatchError struct {
 func (e *BatchError) Error() string {
 	if errors.Is(e.Err, ErrInvalidMessage) {
 		// Its consumer or id is what is wrong: not quoted.
-		return fmt.Sprintf("batch message %d: %v", e.Index, e.Err)
+		return fmt.Sprintf("the batch's %s message: %v", ordinal(e.Index+1), e.Err)
 	}
-	return fmt.Sprintf("batch message %d (%s/%s): %v", e.Index, e.Message.Consumer, e.Message.ID, e.Err)
+	return fmt.Sprintf("the batch's %s message (%s/%s): %v", ordinal(e.Index+1), e.Message.Consumer, e.Message.ID, e.Err)
 }
 
 // Unwrap returns the cause.

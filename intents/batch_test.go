@@ -151,7 +151,7 @@ func TestConsumeBatchRefusesInvalidMessagesWithNothingWritten(t *testing.T) {
 	_, err := b.client.ConsumeBatch(context.Background(), []intents.Message{{Consumer: "orders", ID: "ok"}, {Consumer: "orders", ID: ""}},
 		func(context.Context, pgx.Tx, intents.Message, *intents.Recorder) error { ran = true; return nil })
 	var batchErr *intents.BatchError
-	if !errors.Is(err, intents.ErrInvalidMessage) || !errors.As(err, &batchErr) || batchErr.Index != 1 || !strings.Contains(err.Error(), "batch message 1") {
+	if !errors.Is(err, intents.ErrInvalidMessage) || !errors.As(err, &batchErr) || batchErr.Index != 1 || !strings.Contains(err.Error(), "the batch's 2nd message") {
 		t.Fatalf("ConsumeBatch = %v, want a *BatchError wrapping ErrInvalidMessage naming message 1", err)
 	}
 	if ran || b.counts(t) != (counts{}) {

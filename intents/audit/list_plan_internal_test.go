@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxkit/outbox/intents/intenttype"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
@@ -36,27 +34,11 @@ func TestAnInDoubtListReadsTheHeldIntentsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		if _, err := conn.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, false)`, mode); err != nil {
-			t.Fatal(err)
-		}
-		rows, err := conn.Query(ctx, "EXPLAIN "+listQuery(f.states), nilIfEmpty(f.states), nil, nil,
-			f.consumer, f.messageID, f.ref, f.since, f.until, f.after, f.limit+1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if plan := strings.Join(lines, "\n"); !strings.Contains(plan, "outbox_intents_held_idx") {
+	plans := pgtest.Plans(t, pool, listQuery(f.states), nilIfEmpty(f.states), nil, nil,
+		f.consumer, f.messageID, f.ref, f.since, f.until, f.after, f.limit+1)
+	for mode, plan := range plans {
+		if !strings.Contains(plan, "outbox_intents_held_idx") {
 			t.Errorf("the in_doubt list's plan (%s) does not read outbox_intents_held_idx:\n%s", mode, plan)
 		}
 	}
-	_, _ = conn.Exec(ctx, `RESET plan_cache_mode`)
 }

@@ -45,24 +45,7 @@ func TestSettledFindsTheJobByItsPrimaryKey(t *testing.T) {
 	if _, err := pool.Exec(ctx, `ANALYZE river_job`); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = conn.Exec(ctx, `RESET plan_cache_mode`) }()
-	rows, err := conn.Query(ctx, "EXPLAIN "+endJobSQL, pgx.NamedArgs{"id": int64(1), "job_id": int64(1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := strings.Join(lines, "\n")
+	plan := pgtest.Plans(t, pool, endJobSQL, pgx.NamedArgs{"id": int64(1), "job_id": int64(1)})["force_generic_plan"]
 	if !strings.Contains(plan, "Index Scan using river_job_pkey on river_job") {
 		t.Fatalf("endJobSQL's generic plan does not find the job by its primary key:\n%s", plan)
 	}

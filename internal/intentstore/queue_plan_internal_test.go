@@ -39,27 +39,9 @@ func TestClaimQueuedReadsTheUnfinishedIndex(t *testing.T) {
 		"limit": 100, "now": time.Now(), "token": int64(1), "namespace": a.namespace, "max_attempts": a.maxAttempts,
 		"kinds": a.kinds, "kind_max_attempts": a.kindMaxAttempts, "providers": a.providers, "max_key_lengths": a.providerKeyLimit,
 	})
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		if _, err := conn.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, false)`, mode); err != nil {
-			t.Fatal(err)
-		}
-		rows, err := conn.Query(ctx, "EXPLAIN "+claimQueuedSQL, args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan := strings.Join(lines, "\n")
+	for mode, plan := range pgtest.Plans(t, pool, claimQueuedSQL, args) {
 		if !strings.Contains(plan, "using outbox_intents_unfinished_idx on outbox_intents") {
 			t.Errorf("claimQueuedSQL's plan (%s) does not read the unfinished index:\n%s", mode, plan)
 		}
 	}
-	_, _ = conn.Exec(ctx, `RESET plan_cache_mode`)
 }

@@ -536,13 +536,19 @@ const writtenPendingCTE = `settled AS (
     WHERE id = @id AND state = 'pending' AND xmin = pg_current_xact_id()::xid
 )`
 
-// settledQueuedSQL ends the running job @job_id of a settlement that
-// queued its intent (the queue holds it now), and wakes the dispatchers.
+// settledQueuedSQL ends the job @job_id of a settlement that queued its
+// intent (the queue holds it now, and a queued intent has no live job),
+// and wakes the dispatchers. The job may be live but no longer running:
+// River re-ran it while this settlement's worker still ran (it thought the
+// worker stuck), and that run ended with an error (retryable) or a snooze.
+// A run of it could not have claimed the intent since, or this settlement
+// would not have applied.
 const settledQueuedSQL = `
 WITH ` + writtenPendingCTE + `,
 done AS (
     DELETE FROM river_job
-    WHERE id = @job_id AND state::text = 'running' AND EXISTS (SELECT 1 FROM settled WHERE queued)
+    WHERE id = @job_id AND state::text IN ('running', 'available', 'scheduled', 'retryable')
+      AND EXISTS (SELECT 1 FROM settled WHERE queued)
 )
 SELECT pg_notify(current_schema() || '.` + QueueChannel + `', '') FROM settled WHERE queued`
 

@@ -1584,7 +1584,9 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 			return "failed, but the provider performed it: " + eff.String()
 		}
 	case intenttype.StateCancelled:
-		if eff.any() {
+		// A payment an operator resent after it failed keeps its declined
+		// PaymentIntent, which moved no money: nothing more may exist.
+		if eff.charged() || (eff.any() && !m.resentAfterFailing(r.ID)) {
 			return "cancelled, but the provider has it: " + eff.String()
 		}
 		for _, c := range calls {

@@ -1650,6 +1650,7 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 	// Events: every change an edge of the diagram, chained.
 	prev := ""
 	n := 0
+	exhausted := false // the latest budget ended in "attempts exhausted"
 	for _, e := range events {
 		if e.Intent != r.ID {
 			continue
@@ -1672,15 +1673,22 @@ func (m *model) checkIntent(r modelRow, events []eventRow, calls []callRec) stri
 		if !silent(prev, e.From) {
 			return fmt.Sprintf("event %s → %s (%q) does not follow the previous state %s", e.From, e.To, e.Reason, prev)
 		}
-		if e.Reason == "attempts exhausted" && r.AttemptsUsed < modelMaxAttempts {
-			// An operator's resend is performed (invariant 5): the budget
-			// it granted is not spent by attempts made before it.
-			return fmt.Sprintf("failed as out of attempts with %d of %d used", r.AttemptsUsed, modelMaxAttempts)
+		switch {
+		case e.Reason == "attempts exhausted":
+			exhausted = true
+		case by == intenttype.ActorOperator && e.To == string(intenttype.StatePending):
+			exhausted = false // a resend grants a budget of its own
 		}
 		prev = e.To
 	}
 	if n == 0 {
 		return "no events"
+	}
+	// An operator's resend is performed (invariant 5): the budget it
+	// granted is not spent by attempts made before it. The row's budget is
+	// the latest resend's, so only an exhaustion after it is checked.
+	if exhausted && r.AttemptsUsed < modelMaxAttempts {
+		return fmt.Sprintf("failed as out of attempts with %d of %d used", r.AttemptsUsed, modelMaxAttempts)
 	}
 	if !silent(prev, string(r.State)) {
 		return fmt.Sprintf("state %s, but the last event left it %s", r.State, prev)

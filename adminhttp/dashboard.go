@@ -254,6 +254,7 @@ func (h *Handler) listPage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	body := listBody{Form: q, Checked: map[string]bool{}, States: intenttype.States, Paused: paused}
+	countedAgo += stats.ReusedAge // the dispatchers' count, shared once more
 	if countedAgo >= time.Second {
 		body.CountedAgo = countedAgo
 	}

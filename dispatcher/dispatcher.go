@@ -113,6 +113,9 @@ func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config) (*river.Client[p
 	if err := river.AddWorkerSafely(workers, &recheckWorker{d: d}); err != nil {
 		return nil, err
 	}
+	if err := river.AddWorkerSafely(workers, &countsWorker{d: d}); err != nil {
+		return nil, err
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:               map[string]river.QueueConfig{intentstore.DispatchQueue: {MaxWorkers: cfg.MaxWorkers}},
 		Workers:              workers,
@@ -134,6 +137,7 @@ func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config) (*river.Client[p
 				&river.PeriodicJobOpts{RunOnStart: true}),
 			d.retentionJob(),
 			d.activityRollUpJob(),
+			d.countsJob(),
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.RecheckInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return recheckArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),

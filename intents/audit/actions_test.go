@@ -339,3 +339,55 @@ func TestStatsCountsByStateAndKind(t *testing.T) {
 		t.Errorf("OldestPendingAge = %s, want about 3h (the dispatching intent)", st.OldestPendingAge)
 	}
 }
+
+// While counting is slow, Stats takes the dispatchers' saved count, as long
+// as it is fresh, and says so; a fast or an old saved count is not taken,
+// and LiveStats always counts.
+func TestStatsTakesTheDispatchersCountWhileCountingIsSlow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.recordN(t, "billing", 2)
+	save := func(took, age time.Duration) {
+		t.Helper()
+		if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_counts_saved (by_kind_state, oldest_pending_micros, counted_at, took_micros)
+			VALUES ('{"stripe.payment_intent": {"pending": 900, "succeeded": 100}}', 60000000, now() - $1::bigint * interval '1 microsecond', $2)
+			ON CONFLICT (one) DO UPDATE SET counted_at = excluded.counted_at, took_micros = excluded.took_micros`,
+			age.Microseconds(), took.Microseconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		took, age time.Duration
+		reused    bool
+	}{
+		{took: 600 * time.Millisecond, age: 2 * time.Second, reused: true},
+		{took: 2 * time.Millisecond, age: 2 * time.Second},   // counting is fast: count
+		{took: 600 * time.Millisecond, age: 20 * time.Second}, // the leader stopped counting: count
+	} {
+		save(c.took, c.age)
+		st, err := b.store.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.reused {
+			if st.Reused || st.Total != 2 || st.ByState[intenttype.StatePending] != 2 {
+				t.Errorf("Stats with a saved count that took %s, %s old = %+v; want the 2 pending intents counted live", c.took, c.age, st)
+			}
+			continue
+		}
+		if !st.Reused || st.Total != 1000 || st.ByState[intenttype.StatePending] != 900 || st.ByState[intenttype.StateFailed] != 0 {
+			t.Errorf("Stats with a saved count that took %s, %s old = %+v; want the saved count", c.took, c.age, st)
+		}
+		if st.OldestPendingAge < time.Minute+c.age || st.OldestPendingAge > time.Minute+c.age+time.Minute {
+			t.Errorf("OldestPendingAge = %s, want the saved minute and the count's age, %s", st.OldestPendingAge, c.age)
+		}
+		if age := time.Since(st.CountedAt); age < c.age || age > c.age+time.Minute {
+			t.Errorf("CountedAt = %s, want about %s ago", st.CountedAt, c.age)
+		}
+		live, err := b.store.LiveStats(ctx)
+		if err != nil || live.Reused || live.Total != 2 {
+			t.Errorf("LiveStats = %+v, %v; want the 2 intents counted", live, err)
+		}
+	}
+}

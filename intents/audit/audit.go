@@ -180,10 +180,17 @@ type Stats struct {
 	// it (and the metric outbox_oldest_pending_intent_age_seconds).
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	// CountedAt is when the counts were taken (the start of their
-	// snapshot, by the database's clock). The admin handler shares one
-	// count among its readers while counting is slow (a backlog): its
-	// counts may be a few seconds old.
+	// snapshot, by the database's clock). While counting is slow (a
+	// backlog), the counts are the running dispatchers' last (Reused), and
+	// the admin handler shares one count among its readers: they may be a
+	// few seconds old.
 	CountedAt time.Time `json:"counted_at"`
+	// Reused is true when the counts are the dispatchers' last, taken at
+	// CountedAt, rather than counted for this read.
+	Reused bool `json:"reused"`
+	// ReusedAge is how old reused counts were when read, by the database's
+	// clock; 0 when they were counted for this read.
+	ReusedAge time.Duration `json:"-"`
 }
 
 // Store reads and acts on the outbox's tables. It is safe for concurrent

@@ -164,7 +164,7 @@ func (r *runner) backlogReads(db *database) ([]*backlogRead, error) {
 		return func(ctx context.Context) error { return get(ctx, admin, path) }
 	}
 	return []*backlogRead{
-		{name: "outboxd stats (audit.Store.Stats, counted live)", every: 10, call: func(ctx context.Context) error {
+		{name: "outboxd stats (audit.Store.Stats)", every: 10, call: func(ctx context.Context) error {
 			_, err := store.Stats(ctx)
 			return err
 		}},

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/outboxkit/outbox/intents/audit"
 	"github.com/outboxkit/outbox/intents/intenttype"
@@ -17,10 +18,15 @@ func runStats(ctx context.Context, args []string, env Env) error {
 Counts intents by state and by kind, and shows how many are in_doubt (each
 waits for an operator: outboxd intents list --state in_doubt) and how old
 the oldest pending or dispatching intent is (a growing age means the
-dispatcher is behind or not running).`, env)
+dispatcher is behind or not running).
+
+While counting is slow (a backlog: counting reads every unfinished intent),
+it shows the running dispatchers' last count, a few seconds old, and says
+when it was taken; --live counts now, whatever it costs.`, env)
 	var dbURL databaseURL
 	registerDatabaseFlag(fs, env, &dbURL)
-	asJSON := fs.Bool("json", false, `print the counts as JSON: {"total", "by_state", "by_kind_state", "in_doubt", "oldest_pending_age_seconds", "counted_at"}`)
+	asJSON := fs.Bool("json", false, `print the counts as JSON: {"total", "by_state", "by_kind_state", "in_doubt", "oldest_pending_age_seconds", "counted_at", "reused"}`)
+	live := fs.Bool("live", false, "count now, even while the dispatchers count for the readers (a backlog)")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
@@ -33,7 +39,11 @@ dispatcher is behind or not running).`, env)
 	if err != nil {
 		return err
 	}
-	st, err := store.Stats(ctx)
+	stats := store.Stats
+	if *live {
+		stats = store.LiveStats
+	}
+	st, err := stats(ctx)
 	if err != nil {
 		return err
 	}
@@ -80,6 +90,9 @@ dispatcher is behind or not running).`, env)
 		fmt.Fprintln(env.Stdout, "oldest pending: none")
 	} else {
 		fmt.Fprintf(env.Stdout, "oldest pending: %s\n", age(st.OldestPendingAge))
+	}
+	if st.Reused {
+		fmt.Fprintf(env.Stdout, "counted by the dispatchers at %s (counting is slow; --live counts now)\n", st.CountedAt.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

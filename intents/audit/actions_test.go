@@ -362,7 +362,7 @@ func TestStatsTakesTheDispatchersCountWhileCountingIsSlow(t *testing.T) {
 		reused    bool
 	}{
 		{took: 600 * time.Millisecond, age: 2 * time.Second, reused: true},
-		{took: 2 * time.Millisecond, age: 2 * time.Second},   // counting is fast: count
+		{took: 2 * time.Millisecond, age: 2 * time.Second},    // counting is fast: count
 		{took: 600 * time.Millisecond, age: 20 * time.Second}, // the leader stopped counting: count
 	} {
 		save(c.took, c.age)

@@ -348,35 +348,37 @@ func TestStatsTakesTheDispatchersCountWhileCountingIsSlow(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	b.recordN(t, "billing", 2)
-	save := func(took, age time.Duration) {
+	save := func(pending int, took, age time.Duration) {
 		t.Helper()
 		if _, err := b.pool.Exec(ctx, `INSERT INTO outbox_counts_saved (by_kind_state, oldest_pending_micros, counted_at, took_micros)
-			VALUES ('{"stripe.payment_intent": {"pending": 900, "succeeded": 100}}', 60000000, now() - $1::bigint * interval '1 microsecond', $2)
-			ON CONFLICT (one) DO UPDATE SET counted_at = excluded.counted_at, took_micros = excluded.took_micros`,
-			age.Microseconds(), took.Microseconds()); err != nil {
+			VALUES (jsonb_build_object('stripe.payment_intent', jsonb_build_object('pending', $3::int, 'succeeded', 100)), 60000000, now() - $1::bigint * interval '1 microsecond', $2)
+			ON CONFLICT (one) DO UPDATE SET by_kind_state = excluded.by_kind_state, counted_at = excluded.counted_at, took_micros = excluded.took_micros`,
+			age.Microseconds(), took.Microseconds(), pending); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, c := range []struct {
+		pending   int
 		took, age time.Duration
 		reused    bool
 	}{
-		{took: 600 * time.Millisecond, age: 2 * time.Second, reused: true},
-		{took: 2 * time.Millisecond, age: 2 * time.Second},    // counting is fast: count
-		{took: 600 * time.Millisecond, age: 20 * time.Second}, // the leader stopped counting: count
+		{pending: 90000, took: 600 * time.Millisecond, age: 2 * time.Second, reused: true},
+		{pending: 90000, took: 2 * time.Millisecond, age: 2 * time.Second},    // counting is fast: count
+		{pending: 900, took: 600 * time.Millisecond, age: 2 * time.Second},    // slow, but for a few: a busy moment, count
+		{pending: 90000, took: 600 * time.Millisecond, age: 20 * time.Second}, // the leader stopped counting: count
 	} {
-		save(c.took, c.age)
+		save(c.pending, c.took, c.age)
 		st, err := b.store.Stats(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !c.reused {
 			if st.Reused || st.Total != 2 || st.ByState[intenttype.StatePending] != 2 {
-				t.Errorf("Stats with a saved count that took %s, %s old = %+v; want the 2 pending intents counted live", c.took, c.age, st)
+				t.Errorf("Stats with a saved count of %d pending that took %s, %s old = %+v; want the 2 pending intents counted live", c.pending, c.took, c.age, st)
 			}
 			continue
 		}
-		if !st.Reused || st.Total != 1000 || st.ByState[intenttype.StatePending] != 900 || st.ByState[intenttype.StateFailed] != 0 {
+		if !st.Reused || st.Total != c.pending+100 || st.ByState[intenttype.StatePending] != c.pending || st.ByState[intenttype.StateFailed] != 0 {
 			t.Errorf("Stats with a saved count that took %s, %s old = %+v; want the saved count", c.took, c.age, st)
 		}
 		if st.OldestPendingAge < time.Minute+c.age || st.OldestPendingAge > time.Minute+c.age+time.Minute {

@@ -30,6 +30,12 @@ const (
 	// slowCount is the count that readers stop waiting for: the
 	// dashboard's and the API's reads are to answer within 50 ms.
 	slowCount = 25 * time.Millisecond
+	// fewUnfinished is as many unfinished intents as are always counted
+	// live, however long the count took: their index entries are read in
+	// milliseconds, so a slow count of so few is a busy machine's moment
+	// (a test run under -race), not a backlog, and a reader right after
+	// an operator's action would otherwise be shown the count from before.
+	fewUnfinished = 10_000
 	// countShare bounds the database's time spent counting for the
 	// readers: a count that took d is not taken again for countShare × d.
 	countShare = 10
@@ -55,11 +61,26 @@ func refreshAfter(took time.Duration) time.Duration {
 }
 
 // Reusable reports whether a reader should take c, saved age ago, rather
-// than count: counting is slow (c took slowCount or more), and c is
-// younger than three refreshes (a leader that stopped counting, or a
-// dispatcher that is not running, leaves readers to count live again).
+// than count: counting is slow (c took slowCount or more, for more than
+// fewUnfinished unfinished intents), and c is younger than three
+// refreshes (a leader that stopped counting, or a dispatcher that is not
+// running, leaves readers to count live again).
 func (c Counts) Reusable(age time.Duration) bool {
-	return c.Took >= slowCount && age < 3*refreshAfter(c.Took)
+	return c.Took >= slowCount && c.Unfinished() > fewUnfinished && age < 3*refreshAfter(c.Took)
+}
+
+// Unfinished is how many of the intents counted were not finished: those a
+// count reads one by one.
+func (c Counts) Unfinished() int {
+	n := 0
+	for _, byState := range c.ByKindState {
+		for state, k := range byState {
+			if !state.Terminal() {
+				n += k
+			}
+		}
+	}
+	return n
 }
 
 // CountIntents counts the intents now, in one read-only snapshot.

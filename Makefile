@@ -36,7 +36,7 @@ screenshot: chromium db-check ## refresh docs/dashboard.png from the dashboard's
 	UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestDashboardInABrowser ./adminhttp
 
 .PHONY: test
-test: lint db-check $(TOOLS)/stripe-mock chromium ## vet, staticcheck, gofmt, then every test with the race detector
+test: lint db-check $(TOOLS)/stripe-mock chromium pgbouncer ## vet, staticcheck, gofmt, then every test with the race detector
 	$(GO) test -race -count=1 -timeout 12m -tags $(BENCH_TAGS) ./...
 
 .PHONY: test/race
@@ -90,6 +90,12 @@ chromium: ## install Debian's Chromium for the dashboard's browser test, if miss
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 	  { command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq chromium; } || \
 	  echo "warning: Chromium is not installed; the dashboard browser test will be skipped (and fail under CI=true)"
+
+.PHONY: pgbouncer
+pgbouncer: ## install Debian's PgBouncer for the tests behind a transaction pooler, if missing
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
+	  { command -v apt-get >/dev/null && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer; } || \
+	  echo "warning: PgBouncer is not installed; the tests behind a pooler will be skipped (and fail under CI=true)"
 
 .PHONY: db-check
 db-check: ## check that PostgreSQL answers at DATABASE_URL

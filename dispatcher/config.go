@@ -35,6 +35,11 @@ const (
 	// DefaultFetchPollInterval is Config.FetchPollInterval's default,
 	// River's: polling is only the fallback when a notification is missed.
 	DefaultFetchPollInterval = time.Second
+	// DefaultPollOnlyFetchInterval is FetchPollInterval's default with
+	// PollOnly, where polling is how an idle queue finds a new intent: it
+	// is that intent's added latency, for a claim statement (an index
+	// read that finds nothing) every 50ms per fetch loop.
+	DefaultPollOnlyFetchInterval = 50 * time.Millisecond
 
 	// DefaultRecheckDelay, doubling up to DefaultMaxRechecks look-ups,
 	// covers Stripe search's documented delay of up to an hour in outages.
@@ -158,8 +163,21 @@ type Config struct {
 	// FetchPollInterval is how often the dispatcher looks for queued
 	// intents and River jobs without being told: the fallback for a missed
 	// notification, and the latency of intents queued by something that
-	// does not notify. Defaults to DefaultFetchPollInterval.
+	// does not notify. Defaults to DefaultFetchPollInterval, or with
+	// PollOnly to DefaultPollOnlyFetchInterval.
 	FetchPollInterval time.Duration
+
+	// PollOnly keeps the dispatcher from listening for the queue's
+	// notifications: it finds queued intents every FetchPollInterval (and
+	// after each full batch) instead. Set it when the pool reaches
+	// Postgres through a pooler in transaction mode (PgBouncer's
+	// pool_mode = transaction): a LISTEN belongs to a server session,
+	// which such a pooler hands to another client after each transaction,
+	// so the notifications would go to a stranger or nowhere. Set
+	// FetchPollInterval is then the latency of an idle queue (its default
+	// becomes DefaultPollOnlyFetchInterval). River's own client polls
+	// already.
+	PollOnly bool
 
 	// DedupWindow is how long a processed marker is kept: a message
 	// redelivered within it is recognised as a duplicate, one redelivered
@@ -264,6 +282,13 @@ func (c *Config) checkProvidersConfigured() error {
 	return nil
 }
 
+func (c *Config) defaultFetchPollInterval() time.Duration {
+	if c.PollOnly {
+		return DefaultPollOnlyFetchInterval
+	}
+	return DefaultFetchPollInterval
+}
+
 // defaultDurations fills the durations left zero and refuses negative ones
 // and those that contradict each other.
 func (c *Config) defaultDurations() error {
@@ -282,7 +307,7 @@ func (c *Config) defaultDurations() error {
 		{"AuditRetention", &c.AuditRetention, DefaultAuditRetention},
 		{"RetentionInterval", &c.RetentionInterval, DefaultRetentionInterval},
 		{"FetchCooldown", &c.FetchCooldown, DefaultFetchCooldown},
-		{"FetchPollInterval", &c.FetchPollInterval, DefaultFetchPollInterval},
+		{"FetchPollInterval", &c.FetchPollInterval, c.defaultFetchPollInterval()},
 		{"RecheckDelay", &c.RecheckDelay, DefaultRecheckDelay},
 		{"RecheckInterval", &c.RecheckInterval, DefaultRecheckInterval},
 		{"AbsenceSettleTime", &c.AbsenceSettleTime, DefaultAbsenceSettleTime},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -188,7 +189,38 @@ func (d *Dispatcher) prepare(ctx context.Context) error {
 	}
 	d.namespace = ns
 	d.rules = d.claimRules(ns)
-	return nil
+	return d.checkSessions(ctx)
+}
+
+// ErrSessionsPooled is matched (errors.Is) by the error Start returns when
+// its pool reaches Postgres through a pooler in transaction mode
+// (intentstore.SessionsPooled) and the configuration needs a session: a
+// LISTEN (set Config.PollOnly) or statements prepared once and reused (set
+// pgx's default_query_exec_mode to exec or simple_protocol).
+var ErrSessionsPooled = errors.New("the pool reaches Postgres through a pooler in transaction mode (PgBouncer pool_mode = transaction), which keeps no session")
+
+// checkSessions refuses, before anything is claimed, a configuration that
+// a transaction pooler would break: notifications sent to another client,
+// or prepared statements that "do not exist" at random.
+func (d *Dispatcher) checkSessions(ctx context.Context) error {
+	pooled, err := intentstore.SessionsPooled(ctx, d.pool)
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	if !pooled {
+		return nil
+	}
+	var need []string
+	if !d.config.PollOnly {
+		need = append(need, "set Config.PollOnly (outboxd run --poll-only): a LISTEN needs a session")
+	}
+	if intentstore.Prepares(d.pool.Config().ConnConfig) {
+		need = append(need, "add default_query_exec_mode=exec to the database URL (or set pgx's DefaultQueryExecMode to QueryExecModeExec): pgx's default prepares statements in a session")
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	return fmt.Errorf("dispatcher: %w: %s (docs/operating.md, \"Behind a connection pooler\")", ErrSessionsPooled, strings.Join(need, "; "))
 }
 
 // claimRules are the intentstore.ClaimRules of this dispatcher's decisions

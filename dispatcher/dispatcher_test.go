@@ -27,6 +27,7 @@ import (
 
 type testBundle struct {
 	pool     *pgxpool.Pool
+	dbURL    string
 	stripe   *stripedouble.Server
 	sendgrid *sendgriddouble.Server
 	registry *providers.Registry
@@ -40,7 +41,7 @@ type options struct {
 
 func setup(t *testing.T, opts options) *testBundle {
 	t.Helper()
-	pool, _ := pgtest.NewDB(t)
+	pool, dbURL := pgtest.NewDB(t)
 	clk := testkit.NewRunningClock()
 	sd, err := stripedouble.NewServer(stripedouble.Config{Now: clk.Now, Faults: fault.New(1)})
 	if err != nil {
@@ -68,7 +69,7 @@ func setup(t *testing.T, opts options) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testBundle{pool: pool, stripe: sd, sendgrid: gd, registry: reg, recorder: rec, clock: clk}
+	return &testBundle{pool: pool, dbURL: dbURL, stripe: sd, sendgrid: gd, registry: reg, recorder: rec, clock: clk}
 }
 
 func (b *testBundle) config() *dispatcher.Config {

@@ -80,15 +80,17 @@ func (w workers) release(n int) {
 	}
 }
 
-// startQueue starts the fetch loops and, unless every notification would
-// be missed anyway, the listener.
+// startQueue starts the fetch loops and, unless Config.PollOnly, the
+// listener.
 func (d *Dispatcher) startQueue(ctx context.Context) {
 	q := &queue{d: d, wake: make(chan struct{}, 1)}
 	fetchCtx, stopFetching := context.WithCancel(context.WithoutCancel(ctx))
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	q.stopFetching, q.cancelWork, q.workCtx = stopFetching, cancelWork, workCtx
 	q.signal() // intents may have been queued before the start
-	q.loops.Go(func() { q.listen(fetchCtx) })
+	if !d.config.PollOnly {
+		q.loops.Go(func() { q.listen(fetchCtx) })
+	}
 	for range d.config.FetchLoops {
 		q.loops.Go(func() { q.fetchLoop(fetchCtx, workCtx) })
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/internal/intentstore"
 	"github.com/outboxkit/outbox/migrations"
 )
 
@@ -65,8 +66,19 @@ func (d databaseURL) check() error {
 }
 
 // openPool connects to the database and checks it answers, so a wrong URL
-// fails at start with a clear message. The password is never printed.
+// fails at start with a clear message, as does a pooler the pool cannot
+// work through (checkPooler). The password is never printed.
 func openPool(ctx context.Context, db databaseURL, maxConns int32) (*pgxpool.Pool, error) {
+	return connectPool(ctx, db, maxConns, "")
+}
+
+// openSessionPool is openPool for a command that needs server sessions of
+// its own, for the reason needs: it refuses any transaction pooler.
+func openSessionPool(ctx context.Context, db databaseURL, maxConns int32, needs string) (*pgxpool.Pool, error) {
+	return connectPool(ctx, db, maxConns, needs)
+}
+
+func connectPool(ctx context.Context, db databaseURL, maxConns int32, needs string) (*pgxpool.Pool, error) {
 	cfg, err := db.config()
 	if err != nil {
 		return nil, err
@@ -82,7 +94,31 @@ func openPool(ctx context.Context, db databaseURL, maxConns int32) (*pgxpool.Poo
 		pool.Close()
 		return nil, fmt.Errorf("connect to database %s on %s:%d: %w", cfg.ConnConfig.Database, cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
+	if err := checkPooler(ctx, db, pool, needs); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return pool, nil
+}
+
+// checkPooler refuses, at start, a connection through a pooler in
+// transaction mode (intentstore.SessionsPooled) that the command cannot
+// work through: statements prepared in one session and run in another
+// (pgx's default), or a command that needs a session (needs, its reason).
+func checkPooler(ctx context.Context, db databaseURL, pool *pgxpool.Pool, needs string) error {
+	pooled, err := intentstore.SessionsPooled(ctx, pool)
+	if err != nil || !pooled {
+		return err
+	}
+	cfg := pool.Config().ConnConfig
+	where := fmt.Sprintf("%s reaches %s:%d through a pooler in transaction mode (PgBouncer pool_mode = transaction), which keeps no session", db.source, cfg.Host, cfg.Port)
+	if needs != "" {
+		return fmt.Errorf("%s; %s: point it at Postgres itself (docs/operating.md, \"Behind a connection pooler\")", where, needs)
+	}
+	if intentstore.Prepares(cfg) {
+		return fmt.Errorf("%s; add default_query_exec_mode=exec to the URL, so that no statement is prepared in one session and run in another (docs/operating.md, \"Behind a connection pooler\")", where)
+	}
+	return nil
 }
 
 // openPoolWaiting is openPool for a daemon: while the server is there but

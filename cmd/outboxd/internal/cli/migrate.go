@@ -30,7 +30,7 @@ by an advisory lock. --down-to rolls the outbox's tables back (River's stay).`, 
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, dbURL, 4)
+	pool, err := openSessionPool(ctx, dbURL, 4, "outboxd migrate holds a session's advisory lock while it migrates")
 	if err != nil {
 		return err
 	}

@@ -106,6 +106,8 @@ type runFlags struct {
 	rescueAfter        time.Duration
 	fetchCooldown      time.Duration
 	fetchLoops         int
+	fetchPollInterval  time.Duration
+	pollOnly           bool
 	recheckDelay       time.Duration
 	maxRechecks        int
 	recheckInterval    time.Duration
@@ -160,7 +162,9 @@ exported are then flushed. A second SIGINT or SIGTERM exits at once.
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", dispatcher.DefaultSweepInterval, "how often the leader re-enqueues stranded intents")
 	fs.DurationVar(&f.rescueAfter, "rescue-after", 0, "how long a job may run before it is presumed dead (a killed dispatcher) and rescued; default 2×call-timeout+65s")
 	fs.DurationVar(&f.fetchCooldown, "fetch-cooldown", 0, "shortest pause between job fetches (River's FetchCooldown); lower means lower latency and more queries; 0 keeps the default, "+dispatcher.DefaultFetchCooldown.String())
-	fs.IntVar(&f.fetchLoops, "fetch-loops", 0, fmt.Sprintf("fetch loops sharing --workers, each with one job fetch in flight (a slow provider keeps more workers busy with more loops; each holds a connection for notifications); 0 keeps the default, one per %d workers, at most %d", dispatcher.DefaultWorkersPerFetchLoop, dispatcher.MaxFetchLoops))
+	fs.IntVar(&f.fetchLoops, "fetch-loops", 0, fmt.Sprintf("fetch loops sharing --workers, each with one job fetch in flight (a slow provider keeps more workers busy with more loops); 0 keeps the default, one per %d workers, at most %d", dispatcher.DefaultWorkersPerFetchLoop, dispatcher.MaxFetchLoops))
+	fs.DurationVar(&f.fetchPollInterval, "fetch-poll-interval", 0, "how often queued intents are looked for without a notification; 0 keeps the default, "+dispatcher.DefaultFetchPollInterval.String()+" ("+dispatcher.DefaultPollOnlyFetchInterval.String()+" with --poll-only)")
+	fs.BoolVar(&f.pollOnly, "poll-only", false, "find queued intents by polling only, without LISTEN: required behind a pooler in transaction mode (PgBouncer pool_mode = transaction), which gives a session's LISTEN to other clients; see docs/operating.md")
 	fs.DurationVar(&f.recheckDelay, "recheck-delay", dispatcher.DefaultRecheckDelay, "how long after an in_doubt verdict whose look-up proved nothing the provider is asked again; each later look-up waits twice as long")
 	fs.IntVar(&f.maxRechecks, "max-rechecks", dispatcher.DefaultMaxRechecks, "look-ups of an in_doubt intent before it waits for an operator; negative: never look up again")
 	fs.DurationVar(&f.recheckInterval, "recheck-interval", dispatcher.DefaultRecheckInterval, "how often the leader looks for in_doubt intents whose look-up is due")
@@ -183,8 +187,8 @@ func (f *runFlags) validate() error {
 			return usageErrorf("--%s must be positive, got %s", name, d)
 		}
 	}
-	if f.rescueAfter < 0 || f.fetchCooldown < 0 {
-		return usageErrorf("--rescue-after and --fetch-cooldown must not be negative")
+	if f.rescueAfter < 0 || f.fetchCooldown < 0 || f.fetchPollInterval < 0 {
+		return usageErrorf("--rescue-after, --fetch-cooldown and --fetch-poll-interval must not be negative")
 	}
 	if f.workers < 1 || f.workers > 10000 {
 		return usageErrorf("--workers must be between 1 and 10000, got %d", f.workers)
@@ -212,6 +216,8 @@ func (f *runFlags) dispatcherConfig(registry *providers.Registry, tracerProvider
 		RescueStuckJobsAfter: f.rescueAfter,
 		FetchCooldown:        f.fetchCooldown,
 		FetchLoops:           f.fetchLoops,
+		FetchPollInterval:    f.fetchPollInterval,
+		PollOnly:             f.pollOnly,
 		DedupWindow:          f.dedupWindow,
 		AuditRetention:       f.auditRetention,
 		RecheckDelay:         f.recheckDelay,

@@ -15,7 +15,7 @@ import (
 	"github.com/outboxkit/outbox/dispatcher"
 	"github.com/outboxkit/outbox/intents"
 	"github.com/outboxkit/outbox/intents/intenttype"
-	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/pgbouncer"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
 	"github.com/outboxkit/outbox/providers/stripeprovider"
 )
@@ -31,7 +31,7 @@ func TestConsumersAndDispatcherBehindPgBouncer(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, options{})
-			bouncer := testkit.StartPgBouncer(t, b.dbURL)
+			bouncer := pgbouncer.ForTest(t, b.dbURL)
 			pool := pooledPool(t, bouncer, mode)
 			rec, err := intents.NewClient(pool, &intents.Config{Providers: b.registry})
 			if err != nil {
@@ -112,7 +112,7 @@ func TestStartRefusesWhatATransactionPoolerBreaks(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	id := b.record(t, stripeprovider.KindPaymentIntent, paymentPayload)
-	bouncer := testkit.StartPgBouncer(t, b.dbURL)
+	bouncer := pgbouncer.ForTest(t, b.dbURL)
 	for _, c := range []struct {
 		mode     string
 		pollOnly bool

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/internal/testkit"
+	"github.com/outboxkit/outbox/internal/testkit/pgbouncer"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
@@ -15,7 +16,7 @@ import (
 func TestCommandsBehindPgBouncerWorkOrSayWhatToSet(t *testing.T) {
 	t.Parallel()
 	pool, dbURL := pgtest.NewDB(t)
-	bouncer := testkit.StartPgBouncer(t, dbURL)
+	bouncer := pgbouncer.ForTest(t, dbURL)
 	exec := bouncer + "&default_query_exec_mode=exec"
 	message := line("order-1", "billing", intent("stripe.payment_intent", "payment", paymentPayload)) + "\n"
 

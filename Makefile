@@ -49,7 +49,7 @@ test/short: db-check $(TOOLS)/stripe-mock ## every test, without the race detect
 BENCH_OUT ?= docs/benchmarks.md
 
 .PHONY: bench
-bench: db-check ## throughput, latency and memory against baselines and peers from the same run: one table, also written to docs/benchmarks.md
+bench: db-check pgbouncer ## throughput, latency and memory against baselines and peers from the same run: one table, also written to docs/benchmarks.md
 	$(GO) build -tags $(BENCH_TAGS) -ldflags "$(LDFLAGS)" -o bin/outboxd-bench ./cmd/outboxd
 	bin/outboxd-bench bench --out $(BENCH_OUT)
 

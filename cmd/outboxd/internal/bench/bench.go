@@ -250,7 +250,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "record", "e2e", "work", "dispatch", "ordered", "latency", "slow", "memory", "retained", "backlog", "scaleout"}
+	return []string{"consume", "batch", "record", "e2e", "work", "dispatch", "ordered", "latency", "slow", "memory", "retained", "backlog", "scaleout", "pooler"}
 }
 
 // Row is one line of the table.
@@ -372,6 +372,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"retained", r.retainedRows},
 		{"backlog", r.backlogRows},
 		{"scaleout", r.scaleoutRows},
+		{"pooler", r.poolerRows},
 	}
 	for _, s := range steps {
 		if len(cfg.Only) > 0 && !contains(cfg.Only, s.name) {

@@ -3,11 +3,13 @@ package bench_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/bench"
+	"github.com/outboxkit/outbox/internal/testkit/pgbouncer"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
@@ -192,6 +194,35 @@ func TestWorkCountsWhatEachMessageWrites(t *testing.T) {
 	for _, want := range []string{"outbox_intents 1.00 ins + 2.00 upd", "outbox_processed_messages 1.00 ins", "River", "left out: "} {
 		if !strings.Contains(report.Rows[0].Note, want) {
 			t.Errorf("note lacks %q:\n%s", want, report.Rows[0].Note)
+		}
+	}
+}
+
+// The pooler scenario runs the same work through a PgBouncer it starts and
+// connected directly, with and without a pooler's settings: each row has
+// both figures, and a missing pgbouncer is named (make bench installs it).
+func TestSmokePoolerComparesThroughAndDirect(t *testing.T) {
+	t.Parallel()
+	sizes := bench.SmokeSizes()
+	var progress bytes.Buffer
+	report, err := bench.Run(context.Background(), bench.Config{ServerURL: pgtest.ServerURL(), Sizes: &sizes, Progress: &progress, Only: []string{"pooler"}})
+	if errors.Is(err, pgbouncer.ErrNotInstalled) && os.Getenv("CI") != "true" {
+		t.Skip("pgbouncer is not installed (apt-get install pgbouncer); skipped outside CI")
+	}
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	if len(report.Rows) != 6 {
+		t.Fatalf("%d rows, want 6 (consume and dispatch through PgBouncer and with its settings, latency p50 and p99)", len(report.Rows))
+	}
+	for _, row := range report.Rows {
+		if row.Figure <= 0 || row.BaselineFigure <= 0 || row.Target == "" || row.Note == "" {
+			t.Errorf("row %+v lacks a figure, a baseline, a target or a note", row)
+		}
+	}
+	for _, want := range []string{"pooler, connected directly:", "pooler, connected directly, as behind a pooler:", "pooler, through PgBouncer:"} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("no side measured %q:\n%s", want, progress.String())
 		}
 	}
 }

@@ -494,11 +494,33 @@ func (r *runner) latencyAt(ctx context.Context, rate int, label string) ([]Row, 
 		_ = d.Stop(stopCtx)
 	}()
 	r.progress("latency: consumer commit to provider call at %d intents/s for %s", rate, duration)
+	lat, err := commitToCall(ctx, client, dbl, "l-", rate, total, 0)
+	if err != nil {
+		return nil, err
+	}
+	riverP50, riverP99 := percentile(riverLat, 0.50), percentile(riverLat, 0.99)
+	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
+	row := func(q string, got, base, limit time.Duration) Row {
+		return Row{
+			Measure: fmt.Sprintf("Commit → provider call, %s, at %s", q, label), Unit: "ms",
+			Figure: ms(got), Baseline: fmt.Sprintf("River insert → work, no-op jobs, %s, same rate", q), BaselineFigure: ms(base),
+			Ratio: ms(got) / max(ms(base), 0.001), Target: fmt.Sprintf("≤ %.0f ms", ms(limit)), Met: got <= limit,
+		}
+	}
+	return []Row{row("p50", p50, riverP50, 10*time.Millisecond), row("p99", p99, riverP99, 50*time.Millisecond)}, nil
+}
+
+// commitToCall records total one-intent messages through client at rate
+// per second, each a Consume of its own, waits until the doubles saw
+// earlier more calls and then every one of them, and returns the sorted
+// latencies from each commit's return to its call's arrival (the first
+// tenth excluded: it warms up). prefix makes the message ids its own.
+func commitToCall(ctx context.Context, client *intents.Client, dbl *doubles, prefix string, rate, total, earlier int) ([]time.Duration, error) {
 	committed := make([]time.Time, total)
 	ids := make([]int64, total)
 	var seq atomic.Int64
-	err = paced(ctx, rate, total, func(ctx context.Context, i int) error {
-		res, err := client.Consume(ctx, intents.Message{Consumer: "bench", ID: fmt.Sprint("l-", seq.Add(1))}, func(_ context.Context, _ pgx.Tx, rec *intents.Recorder) error {
+	err := paced(ctx, rate, total, func(ctx context.Context, i int) error {
+		res, err := client.Consume(ctx, intents.Message{Consumer: "bench", ID: fmt.Sprint(prefix, seq.Add(1))}, func(_ context.Context, _ pgx.Tx, rec *intents.Recorder) error {
 			return rec.Record(intents.Intent{Kind: stripeprovider.KindPaymentIntent, Payload: json.RawMessage(paymentPayload)})
 		})
 		if err != nil {
@@ -512,25 +534,16 @@ func (r *runner) latencyAt(ctx context.Context, rate int, label string) ([]Row, 
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, waitLimit)
 	defer cancel()
-	if err := dbl.arrivals.wait(waitCtx, total); err != nil {
+	if err := dbl.arrivals.wait(waitCtx, earlier+total); err != nil {
 		return nil, err
 	}
 	lat := make([]time.Duration, 0, total)
-	for i := total / 10; i < total; i++ { // the first tenth warms up
+	for i := total / 10; i < total; i++ {
 		at, _ := dbl.arrivals.get(ids[i])
 		lat = append(lat, max(at.Sub(committed[i]), 0))
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	riverP50, riverP99 := percentile(riverLat, 0.50), percentile(riverLat, 0.99)
-	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
-	row := func(q string, got, base, limit time.Duration) Row {
-		return Row{
-			Measure: fmt.Sprintf("Commit → provider call, %s, at %s", q, label), Unit: "ms",
-			Figure: ms(got), Baseline: fmt.Sprintf("River insert → work, no-op jobs, %s, same rate", q), BaselineFigure: ms(base),
-			Ratio: ms(got) / max(ms(base), 0.001), Target: fmt.Sprintf("≤ %.0f ms", ms(limit)), Met: got <= limit,
-		}
-	}
-	return []Row{row("p50", p50, riverP50, 10*time.Millisecond), row("p99", p99, riverP99, 50*time.Millisecond)}, nil
+	return lat, nil
 }
 
 // riverLatency inserts total no-op jobs at rate per second, each in its own

@@ -107,6 +107,11 @@ written to --out):
              sharing the workers on one database: each sustainable rate,
              its ratio to 1 process, Postgres' share of the CPU and the
              transactions per intent (pg_stat_database)
+  pooler     Consume, keyed dispatch and commit → call through a PgBouncer
+             in transaction mode that it starts (--poll-only, pgx's
+             default_query_exec_mode=exec), against the same settings
+             connected directly (the hop) and those against pgx's defaults
+             with a LISTEN (the settings); needs Debian's pgbouncer
 
 Every scenario works in a scratch database of its own on the server at
 --database-url, dropped afterwards. The full run takes about twenty minutes on

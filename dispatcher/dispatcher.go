@@ -189,7 +189,36 @@ func (d *Dispatcher) prepare(ctx context.Context) error {
 	}
 	d.namespace = ns
 	d.rules = d.claimRules(ns)
-	return d.checkSessions(ctx)
+	if err := d.checkSessions(ctx); err != nil {
+		return err
+	}
+	return d.checkStandbys(ctx)
+}
+
+// checkStandbys warns when standbys stream from the database
+// asynchronously and a provider without an idempotency key is served: a
+// failover to such a standby can lose a claim, and the call it allowed
+// can then be made a second time (DESIGN.md, invariant 16). It is a
+// warning, not a refusal: an operator may accept that risk knowingly.
+func (d *Dispatcher) checkStandbys(ctx context.Context) error {
+	var keyless []string
+	for _, p := range d.config.Providers.Providers() {
+		if !p.Capabilities().IdempotencyKeys {
+			keyless = append(keyless, p.Name())
+		}
+	}
+	if len(keyless) == 0 {
+		return nil
+	}
+	n, err := intentstore.AsyncStandbys(ctx, d.pool)
+	if err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	if n > 0 {
+		d.config.Logger.WarnContext(ctx, "standbys stream from this database asynchronously (synchronous_standby_names is empty): a failover to one can lose a claim, and a provider without an idempotency key can then be called twice; name the standby in synchronous_standby_names (docs/operating.md, \"Failover and standbys\")",
+			"standbys", n, "providers", strings.Join(keyless, ","))
+	}
+	return nil
 }
 
 // ErrSessionsPooled is matched (errors.Is) by the error Start returns when

@@ -75,6 +75,28 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	return s.claims.do(context.WithoutCancel(ctx), p)
 }
 
+// durableClaimSQL makes the commit of the claim's transaction wait for the
+// synchronous standbys (synchronous_standby_names) where the session would
+// not: the write-ahead claim is what keeps a provider without an
+// idempotency key from being called twice, and a claim that a failover
+// loses is a call the promoted standby knows nothing of (DESIGN.md,
+// invariant 16). Only the claim: recording and settling commit as the
+// database is set, so a deployment can run synchronous_commit = local and
+// pay the standby's round trip once per claimed batch. It only ever raises
+// the level (remote_apply stays), and without a synchronous standby "on"
+// is a local flush, which synchronous_commit = off would skip.
+const durableClaimSQL = `
+SELECT set_config('synchronous_commit', 'on', true)
+WHERE current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')`
+
+// claimBatch is a batch for claims: its statements share one implicit
+// transaction (one Sync), whose commit durableClaimSQL makes wait.
+func claimBatch() *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(durableClaimSQL)
+	return b
+}
+
 // maxClaimGroup bounds the claims committed in one transaction.
 const maxClaimGroup = 128
 
@@ -84,7 +106,7 @@ const maxClaimGroup = 128
 func (s *Store) claimGroup(ctx context.Context, group []*call[ClaimParams, Claim]) {
 	runOrdered(ctx, group, "claim", func(p ClaimParams) int64 { return p.Row.ID }, s.claimAlone,
 		func(ctx context.Context, sorted []*call[ClaimParams, Claim]) error {
-			b := &pgx.Batch{}
+			b := claimBatch()
 			results := make([]*claimResult, len(sorted))
 			for i, cl := range sorted {
 				results[i] = queueClaim(b, cl.req)
@@ -104,7 +126,7 @@ func (s *Store) claimGroup(ctx context.Context, group []*call[ClaimParams, Claim
 }
 
 func (s *Store) claimAlone(ctx context.Context, p ClaimParams) (Claim, error) {
-	b := &pgx.Batch{}
+	b := claimBatch()
 	res := queueClaim(b, p)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return Claim{}, res.lost(fmt.Errorf("intentstore: claim intent %d: %w", p.Row.ID, err))

@@ -133,7 +133,7 @@ const maxLoadClaimGroup = 128
 func (s *Store) loadClaimGroup(ctx context.Context, group []*call[loadClaimReq, Loaded]) {
 	runOrdered(ctx, group, "load and claim", func(r loadClaimReq) int64 { return r.id }, s.loadClaimAlone,
 		func(ctx context.Context, sorted []*call[loadClaimReq, Loaded]) error {
-			b := &pgx.Batch{}
+			b := claimBatch()
 			results := make([]*loadClaimResult, len(sorted))
 			for i, cl := range sorted {
 				results[i] = queueLoadClaim(b, cl.req)
@@ -153,7 +153,7 @@ func (s *Store) loadClaimGroup(ctx context.Context, group []*call[loadClaimReq, 
 }
 
 func (s *Store) loadClaimAlone(ctx context.Context, req loadClaimReq) (Loaded, error) {
-	b := &pgx.Batch{}
+	b := claimBatch()
 	res := queueLoadClaim(b, req)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return Loaded{}, &ClaimLostError{Token: res.token, Err: fmt.Errorf("intentstore: load and claim intent %d: %w", req.id, err)}

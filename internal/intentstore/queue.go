@@ -67,7 +67,7 @@ func (s *Store) ClaimQueued(ctx context.Context, rules *ClaimRules, limit int, n
 	}
 	a := rules.args()
 	out := ClaimBatch{Token: rand.Int64()}
-	b := &pgx.Batch{}
+	b := claimBatch()
 	claimQueuedQ.queue(b, s.jobArgs(pgx.NamedArgs{
 		"limit": limit, "now": now, "token": out.Token, "namespace": a.namespace, "max_attempts": a.maxAttempts,
 		"kinds": a.kinds, "kind_max_attempts": a.kindMaxAttempts, "providers": a.providers, "max_key_lengths": a.providerKeyLimit,

@@ -69,3 +69,20 @@ func Prepares(cfg *pgx.ConnConfig) bool {
 	}
 	return false
 }
+
+// AsyncStandbys counts the standbys streaming from the server of pool when
+// none is named synchronous (synchronous_standby_names is empty): a
+// failover to one of them can lose the last commits, a write-ahead claim
+// among them, since a claim's commit waits only for synchronous standbys
+// (durableClaimSQL). A role without pg_read_all_stats sees the standbys'
+// rows too, only not their details.
+func AsyncStandbys(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var n int
+	err := pool.QueryRow(ctx, `
+		SELECT count(*) FROM pg_stat_replication
+		WHERE current_setting('synchronous_standby_names') = ''`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("intentstore: count the asynchronous standbys: %w", err)
+	}
+	return n, nil
+}

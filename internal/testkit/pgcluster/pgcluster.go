@@ -37,9 +37,11 @@ type Server struct {
 	// Port is the TCP port it listens on, at 127.0.0.1.
 	Port int
 
-	bin  string // PostgreSQL's bin directory
-	data string // the data directory
-	cred *syscall.Credential
+	bin    string // PostgreSQL's bin directory
+	data   string // the data directory
+	cred   *syscall.Credential
+	cmd    *exec.Cmd  // the postmaster, a child of this process
+	exited chan error // receives its exit
 }
 
 // Settings are postgresql.conf lines for a primary, by name.
@@ -73,6 +75,9 @@ func StartPrimary(ctx context.Context, dir, name string, settings Settings) (*Se
 		"shared_buffers": "'32MB'", "max_connections": "100", "fsync": "off", "full_page_writes": "on",
 		"unix_socket_directories": quote(dir), "listen_addresses": "'127.0.0.1'",
 		"wal_receiver_status_interval": "'100ms'", "log_min_messages": "warning",
+		// A standby cut off from its primary retries this often, and
+		// notices a promotion only then.
+		"wal_retrieve_retry_interval": "'100ms'",
 	}
 	for k, v := range settings {
 		conf[k] = v
@@ -141,10 +146,20 @@ func (s *Server) Exec(ctx context.Context, db, sql string, args ...any) error {
 	return err
 }
 
-// StopImmediately stops the server as a crash would (pg_ctl -m immediate):
-// no checkpoint, every connection cut.
+// StopImmediately stops the server as a crash would (SIGQUIT: immediate
+// shutdown, no checkpoint, every connection cut) and waits for it to exit.
 func (s *Server) StopImmediately(ctx context.Context) error {
-	return s.run(ctx, "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "stop")
+	if s.cmd == nil {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-s.exited:
+		s.cmd = nil
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pgcluster: %s did not stop: %w", s.Name, ctx.Err())
+	}
 }
 
 // Promote ends a standby's recovery (pg_ctl promote) and waits until it
@@ -153,16 +168,29 @@ func (s *Server) Promote(ctx context.Context) error {
 	return s.run(ctx, "pg_ctl", "-D", s.data, "-w", "-t", "60", "promote")
 }
 
+// Configure sets settings with ALTER SYSTEM and reloads the configuration:
+// for those that must wait until the server is up (a
+// synchronous_standby_names naming a standby made after it).
+func (s *Server) Configure(ctx context.Context, settings Settings) error {
+	for _, k := range sortedNames(settings) {
+		if err := s.Exec(ctx, "postgres", fmt.Sprintf("ALTER SYSTEM SET %s = %s", pgx.Identifier{k}.Sanitize(), settings[k])); err != nil {
+			return err
+		}
+	}
+	return s.Exec(ctx, "postgres", "SELECT pg_reload_conf()")
+}
+
 // Stop stops the server if it runs, at once, and ignores any error: for
 // a test's cleanup.
 func (s *Server) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := os.Stat(filepath.Join(s.data, "postmaster.pid")); err == nil {
-		_ = s.StopImmediately(ctx)
-	}
+	_ = s.StopImmediately(ctx)
 }
 
+// start runs the postmaster on a free port as a child of this process,
+// which dies with it (Pdeathsig): a test that panics or times out leaves
+// no server behind. It returns once the server accepts connections.
 func (s *Server) start(ctx context.Context) error {
 	port, err := freePort()
 	if err != nil {
@@ -172,20 +200,52 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.appendConf("postgresql.auto.conf", Settings{"port": strconv.Itoa(port)}); err != nil {
 		return err
 	}
-	return s.run(ctx, "pg_ctl", "-D", s.data, "-l", s.data+".log", "-w", "-t", "60", "start")
+	log, err := os.OpenFile(s.data+".log", os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", s.data)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT}
+	cmd.Stdout, cmd.Stderr, cmd.Dir = log, log, os.TempDir()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("pgcluster: start %s: %w", s.Name, err)
+	}
+	s.cmd, s.exited = cmd, make(chan error, 1)
+	go func() { s.exited <- cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		attempt, cancel := context.WithTimeout(ctx, time.Second)
+		conn, err := pgx.Connect(attempt, s.URL("postgres"))
+		cancel()
+		if err == nil {
+			conn.Close(ctx)
+			return nil
+		}
+		select {
+		case exitErr := <-s.exited:
+			s.cmd = nil
+			return fmt.Errorf("pgcluster: %s exited at start: %v\n%s", s.Name, exitErr, s.log())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.Stop()
+			return fmt.Errorf("pgcluster: %s did not accept connections within 60s: %v\n%s", s.Name, err, s.log())
+		}
+	}
+}
+
+func (s *Server) log() string {
+	b, _ := os.ReadFile(s.data + ".log")
+	return tail(b, 4000)
 }
 
 // appendConf appends settings to a configuration file of the data
 // directory, in name order.
 func (s *Server) appendConf(file string, settings Settings) error {
-	names := make([]string, 0, len(settings))
-	for k := range settings {
-		names = append(names, k)
-	}
-	sort.Strings(names)
 	var b strings.Builder
 	b.WriteString("\n# added by pgcluster\n")
-	for _, k := range names {
+	for _, k := range sortedNames(settings) {
 		fmt.Fprintf(&b, "%s = %s\n", k, settings[k])
 	}
 	f, err := os.OpenFile(filepath.Join(s.data, file), os.O_APPEND|os.O_WRONLY, 0)
@@ -207,8 +267,7 @@ func (s *Server) run(ctx context.Context, program string, args ...string) error 
 	cmd.Dir = os.TempDir()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		log, _ := os.ReadFile(s.data + ".log")
-		return fmt.Errorf("pgcluster: %s %s: %w\n%s%s", program, strings.Join(args, " "), err, out, tail(log, 4000))
+		return fmt.Errorf("pgcluster: %s %s: %w\n%s%s", program, strings.Join(args, " "), err, out, s.log())
 	}
 	return nil
 }
@@ -260,6 +319,15 @@ func version(binDir string) int {
 	return n
 }
 
+func sortedNames(settings Settings) []string {
+	names := make([]string, 0, len(settings))
+	for k := range settings {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func tail(b []byte, n int) string {
@@ -277,4 +345,15 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// QueryRow runs sql on database db of the server, on a connection of its
+// own, and scans its one row into dest.
+func (s *Server) QueryRow(ctx context.Context, db, sql string, dest ...any) error {
+	conn, err := pgx.Connect(ctx, s.URL(db))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return conn.QueryRow(ctx, sql).Scan(dest...)
 }

@@ -250,7 +250,7 @@ type Config struct {
 
 // Scenarios lists the scenario names, in the order they run.
 func Scenarios() []string {
-	return []string{"consume", "batch", "record", "e2e", "work", "dispatch", "ordered", "latency", "slow", "memory", "retained", "backlog", "scaleout", "pooler"}
+	return []string{"consume", "batch", "record", "e2e", "work", "dispatch", "ordered", "latency", "slow", "memory", "retained", "backlog", "scaleout", "pooler", "failover"}
 }
 
 // Row is one line of the table.
@@ -373,6 +373,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{"backlog", r.backlogRows},
 		{"scaleout", r.scaleoutRows},
 		{"pooler", r.poolerRows},
+		{"failover", r.failoverRows},
 	}
 	for _, s := range steps {
 		if len(cfg.Only) > 0 && !contains(cfg.Only, s.name) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxkit/outbox/cmd/outboxd/internal/bench"
 	"github.com/outboxkit/outbox/internal/testkit/pgbouncer"
+	"github.com/outboxkit/outbox/internal/testkit/pgcluster"
 	"github.com/outboxkit/outbox/internal/testkit/pgtest"
 )
 
@@ -224,5 +225,31 @@ func TestSmokePoolerComparesThroughAndDirect(t *testing.T) {
 		if !strings.Contains(progress.String(), want) {
 			t.Errorf("no side measured %q:\n%s", want, progress.String())
 		}
+	}
+}
+
+// The failover scenario runs on a primary and a standby of its own: every
+// side is measured, and the failover loses and doubles nothing.
+func TestSmokeFailoverPromotesItsOwnStandby(t *testing.T) {
+	t.Parallel()
+	sizes := bench.SmokeSizes()
+	var progress bytes.Buffer
+	report, err := bench.Run(context.Background(), bench.Config{ServerURL: pgtest.ServerURL(), Sizes: &sizes, Progress: &progress, Only: []string{"failover"}})
+	if errors.Is(err, pgcluster.ErrNotInstalled) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, progress.String())
+	}
+	if len(report.Rows) != 6 {
+		t.Fatalf("%d rows, want 6 (consume and dispatch for two synchronous modes, recovery, effects)", len(report.Rows))
+	}
+	for _, row := range report.Rows[:5] {
+		if row.Figure <= 0 || row.BaselineFigure <= 0 || row.Target == "" || row.Note == "" {
+			t.Errorf("row %+v lacks a figure, a baseline, a target or a note", row)
+		}
+	}
+	if effects := report.Rows[5]; effects.Figure != 0 || !effects.Met {
+		t.Errorf("the failover lost or doubled: %+v", effects)
 	}
 }

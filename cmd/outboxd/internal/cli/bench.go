@@ -112,6 +112,13 @@ written to --out):
              default_query_exec_mode=exec), against the same settings
              connected directly (the hop) and those against pgx's defaults
              with a LISTEN (the settings); needs Debian's pgbouncer
+  failover   on a primary and a streaming standby of its own (initdb,
+             pg_basebackup; never the server at --database-url): Consume
+             and unkeyed dispatch with the standby synchronous, every
+             commit or only claims waiting, against it asynchronous; then
+             the primary stopped immediately mid-drain and the standby
+             promoted: the time to the first settlement on it, and the
+             emails sent twice or never at the double
 
 Every scenario works in a scratch database of its own on the server at
 --database-url, dropped afterwards. The full run takes about twenty minutes on

@@ -60,7 +60,14 @@ func number(v float64) string {
 	}
 }
 
-func ratio(r float64) string { return fmt.Sprintf("%.0f%%", 100*r) }
+// ratio writes a share in whole percent, or to two decimals below 1%, where
+// a cost's target may lie.
+func ratio(r float64) string {
+	if r > 0 && r < 0.01 {
+		return fmt.Sprintf("%.2f%%", 100*r)
+	}
+	return fmt.Sprintf("%.0f%%", 100*r)
+}
 
 func yesNo(ok bool) string {
 	if ok {

@@ -60,11 +60,14 @@ func number(v float64) string {
 	}
 }
 
-// ratio writes a share in whole percent, or to two decimals below 1%, where
-// a cost's target may lie.
+// ratio writes a share in whole percent, or, below 10%, where a cost's
+// target may lie, with the decimals that tell it from its neighbours.
 func ratio(r float64) string {
-	if r > 0 && r < 0.01 {
+	switch {
+	case r > 0 && r < 0.01:
 		return fmt.Sprintf("%.2f%%", 100*r)
+	case r > 0 && r < 0.1:
+		return fmt.Sprintf("%.1f%%", 100*r)
 	}
 	return fmt.Sprintf("%.0f%%", 100*r)
 }

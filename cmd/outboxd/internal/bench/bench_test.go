@@ -253,3 +253,24 @@ func TestSmokeFailoverPromotesItsOwnStandby(t *testing.T) {
 		t.Errorf("the failover lost or doubled: %+v", effects)
 	}
 }
+
+// The prune scenario fills both databases, runs the module's retention
+// and the DROP of the partitioned copy beside the hot path, and measures
+// every row against its baseline.
+func TestSmokePruneMeasuresEveryRow(t *testing.T) {
+	t.Parallel()
+	report, progress := smokeRun(t, bench.Config{Only: []string{"prune"}})
+	if len(report.Rows) != 6 {
+		t.Fatalf("%d rows, want 6 (time, WAL, the hot path's rate and p99 beside each side):\n%s", len(report.Rows), progress)
+	}
+	for _, row := range report.Rows {
+		if row.Figure <= 0 || row.BaselineFigure <= 0 || row.Ratio <= 0 || row.Target == "" || row.Unit == "" || row.Baseline == "" {
+			t.Errorf("row %+v lacks a figure, a baseline, a ratio or a target", row)
+		}
+	}
+	for _, row := range report.Rows[:4] {
+		if !strings.Contains(row.Note, "hand-written copy, not the module's schema") && !strings.Contains(row.Measure, "DELETE") {
+			t.Errorf("row %q does not say that the DROP side is a hand-written copy:\n%s", row.Measure, row.Note)
+		}
+	}
+}

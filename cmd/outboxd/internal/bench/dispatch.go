@@ -611,21 +611,34 @@ func (r *runner) riverLatency(ctx context.Context, pool *pgxpool.Pool, workers, 
 // paced calls fn total times at rate calls per second, each call on its
 // own goroutine when it is due, so one slow call does not delay the next.
 func paced(ctx context.Context, rate, total int, fn func(ctx context.Context, i int) error) error {
+	return pacedUntil(ctx, rate, total, nil, fn)
+}
+
+// pacedUntil is paced that also ends, without an error, once stop is
+// closed (a nil stop never is), after the calls it started; total < 0
+// calls until then. It stops calling at the first error.
+func pacedUntil(ctx context.Context, rate, total int, stop <-chan struct{}, fn func(ctx context.Context, i int) error) error {
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var firstErr error
+	var failed atomic.Bool
 	var mu sync.Mutex
-	for i := range total {
+	for i := 0; total < 0 || i < total; i++ {
 		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
+			case <-stop:
+				t.Stop()
 			case <-ctx.Done():
 				t.Stop()
 				wg.Wait()
 				return ctx.Err()
 			}
+		}
+		if stopped(stop) || failed.Load() {
+			break
 		}
 		wg.Add(1)
 		go func() {
@@ -636,11 +649,22 @@ func paced(ctx context.Context, rate, total int, fn func(ctx context.Context, i 
 					firstErr = err
 				}
 				mu.Unlock()
+				failed.Store(true)
 			}
 		}()
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// stopped reports whether stop is closed.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // processCPU is the CPU time this process has used, user and system.

@@ -38,27 +38,32 @@ const retainedPageTarget = 20 * time.Millisecond
 // among the history.
 const retainedInDoubt = 40
 
-// fillRetainedSQL writes $1 finished intents spread over the last 30 days
-// (92% succeeded, 5% failed, 3% cancelled; four kinds), an attempt for each
-// one that was tried, a recorded and a final event for each, a processed
-// marker for each, and retainedInDoubt old in_doubt intents. It bypasses
-// the store on purpose: a million rows through the API would take longer
-// than the rest of the bench.
-const fillRetainedSQL = `
-WITH params AS (
-    SELECT $1::bigint AS n, now() - interval '30 days' AS t0, interval '30 days' AS span
+// fillHistorySQL writes finished intents as a deployment keeps them: n
+// (from params, a SELECT of n, t0, span and consumer) created evenly over
+// span from t0, of four kinds (realistic payloads), 92% succeeded, 5%
+// failed and 3% cancelled, each finished a few seconds after it was
+// created. Every column of the intents' rows but those extra names is
+// written here; extraValues are the expressions that fill those, over the
+// CTE rows (g, created, finished, kind, state, key, msg). It bypasses the
+// store on purpose: a million rows through the API would take longer than
+// the rest of the bench.
+func fillHistorySQL(params, extra, extraValues string) string {
+	return `
+WITH params AS (` + params + `
 ), rows AS (
-    SELECT g,
-        t0 + span * (g::float8 / n) AS created,
-        CASE g % 4 WHEN 0 THEN 'stripe.payment_intent' WHEN 1 THEN 'sendgrid.email'
-                   WHEN 2 THEN 'stripe.refund' ELSE 'webhook.post' END AS kind,
-        CASE WHEN g % 100 < 92 THEN 'succeeded' WHEN g % 100 < 97 THEN 'failed' ELSE 'cancelled' END AS state
-    FROM params, generate_series(1, (SELECT n FROM params)) AS g
+    SELECT g, created, created + interval '1 second' * (g % 7) AS finished, kind, state,
+        consumer || ':' || msg AS key, msg
+    FROM (SELECT g, consumer, left(consumer, 1) || '-' || g AS msg,
+            t0 + span * (g::float8 / n) AS created,
+            CASE g % 4 WHEN 0 THEN 'stripe.payment_intent' WHEN 1 THEN 'sendgrid.email'
+                       WHEN 2 THEN 'stripe.refund' ELSE 'webhook.post' END AS kind,
+            CASE WHEN g % 100 < 92 THEN 'succeeded' WHEN g % 100 < 97 THEN 'failed' ELSE 'cancelled' END AS state
+        FROM params, generate_series(1, (SELECT n FROM params)) AS g) r
 )
 INSERT INTO outbox_intents (idempotency_key, kind, provider, name, consumer, message_id, reference, payload, state,
                             attempt_count, provider_ref, last_error, created_at, updated_at, finished_at,
-                            provider_key, key_namespace, key_first_used_at, may_have_acted)
-SELECT 'retained:r-' || g, kind, split_part(kind, '.', 1), '', 'retained', 'r-' || g,
+                            provider_key, key_namespace, key_first_used_at, may_have_acted` + extra + `)
+SELECT key, kind, split_part(kind, '.', 1), '', (SELECT consumer FROM params), msg,
     CASE WHEN g % 3 = 0 THEN 'order-' || (g / 3) END,
     CASE WHEN kind LIKE 'stripe.%' THEN jsonb_build_object(
             'amount', 100 + g % 9900, 'currency', 'usd', 'customer', 'cus_' || (g % 50000),
@@ -75,13 +80,29 @@ SELECT 'retained:r-' || g, kind, split_part(kind, '.', 1), '', 'retained', 'r-' 
     CASE state WHEN 'cancelled' THEN 0 WHEN 'failed' THEN 3 ELSE 1 + (g % 17 = 0)::int END,
     CASE WHEN state = 'succeeded' THEN 'ref_' || md5(g::text) END,
     CASE WHEN state = 'failed' THEN 'provider refused: card_declined' END,
-    created, created + interval '1 second' * (g % 7), created + interval '1 second' * (g % 7),
-    CASE WHEN state <> 'cancelled' THEN 'retained:r-' || g END,
+    created, finished, finished,
+    CASE WHEN state <> 'cancelled' THEN key END,
     CASE WHEN state <> 'cancelled' THEN 'benchns0' END,
     CASE WHEN state <> 'cancelled' THEN created END,
-    state <> 'cancelled'
+    state <> 'cancelled'` + extraValues + `
 FROM rows
 ORDER BY g`
+}
+
+// fillMarkersSQL writes the processed marker of every intent's message,
+// processed when the intent was created.
+const fillMarkersSQL = `
+INSERT INTO outbox_processed_messages (consumer, message_id, processed_at)
+SELECT consumer, message_id, created_at FROM outbox_intents
+ON CONFLICT DO NOTHING`
+
+// fillRetainedSQL writes $1 finished intents spread over the last 30 days
+// (fillHistorySQL); fillRetainedHistorySQL writes an attempt for each one
+// that was tried, a recorded and a final event for each, and a processed
+// marker for each, and fillRetainedInDoubtSQL retainedInDoubt old in_doubt
+// intents.
+var fillRetainedSQL = fillHistorySQL(`
+    SELECT $1::bigint AS n, now() - interval '30 days' AS t0, interval '30 days' AS span, 'retained' AS consumer`, "", "")
 
 // fillRetainedInDoubtSQL adds the old in_doubt intents.
 const fillRetainedInDoubtSQL = `
@@ -117,10 +138,7 @@ SELECT id, at, actor, from_state, to_state, reason FROM (
                    WHEN 'in_doubt' THEN 'ambiguous and not reconciled' ELSE 'refused for good' END, 2
     FROM outbox_intents
 ) e
-ORDER BY id, o`, `
-INSERT INTO outbox_processed_messages (consumer, message_id, processed_at)
-SELECT consumer, message_id, created_at FROM outbox_intents
-ON CONFLICT DO NOTHING`}
+ORDER BY id, o`, fillMarkersSQL}
 
 // retainedDB is one side of the comparison.
 type retainedDB struct {
@@ -222,6 +240,13 @@ func fillRetained(ctx context.Context, pool *pgxpool.Pool, n int) error {
 			return err
 		}
 	}
+	return recount(ctx, pool)
+}
+
+// recount brings the store's finished counts in line with rows written
+// behind its back: stats read them, and retention takes off what it
+// deletes.
+func recount(ctx context.Context, pool *pgxpool.Pool) error {
 	store, err := intentstore.New(pool, nil)
 	if err != nil {
 		return err

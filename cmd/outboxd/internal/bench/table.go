@@ -60,7 +60,17 @@ func number(v float64) string {
 	}
 }
 
-func ratio(r float64) string { return fmt.Sprintf("%.0f%%", 100*r) }
+// ratio writes a share in whole percent, or, below 10%, where a cost's
+// target may lie, with the decimals that tell it from its neighbours.
+func ratio(r float64) string {
+	switch {
+	case r > 0 && r < 0.01:
+		return fmt.Sprintf("%.2f%%", 100*r)
+	case r > 0 && r < 0.1:
+		return fmt.Sprintf("%.1f%%", 100*r)
+	}
+	return fmt.Sprintf("%.0f%%", 100*r)
+}
 
 func yesNo(ok bool) string {
 	if ok {

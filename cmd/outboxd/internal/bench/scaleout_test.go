@@ -48,8 +48,11 @@ func TestSmokeScaleOutRunsRealProcesses(t *testing.T) {
 			t.Errorf("row %q: figure %v, baseline %v", row.Measure, row.Figure, row.BaselineFigure)
 		}
 	}
-	if commits := report.Rows[4].Figure; commits < 2 {
-		t.Errorf("%.1f transactions per intent: record, claim and settle are three", commits)
+	// Each message is recorded in a transaction of its own; claims and
+	// settlements are grouped, more the busier the machine, so together
+	// they cost from a little above nothing to two.
+	if commits := report.Rows[4].Figure; commits <= 1 || commits > 3.5 {
+		t.Errorf("%.1f transactions per intent: one to record it, and at most one to claim and one to settle it", commits)
 	}
 	if !strings.Contains(progress, "4 outboxd run processes") {
 		t.Errorf("progress does not show the 4-process climb:\n%s", progress)

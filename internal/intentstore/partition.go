@@ -110,47 +110,47 @@ type RangeRules struct {
 // ids.
 var DefaultRangeRules = RangeRules{Span: 24 * time.Hour, MinIDs: 10_000, MaxIDs: 50_000_000}
 
-// rangeStateSQL reads what MakeRanges sizes ranges from: the sequence's
-// last id and when the first intent of the newest range with intents was
-// recorded (NULL: none yet).
+// rangeStateSQL reads what MakeRanges sizes ranges from: when the first
+// intent at or after @from was recorded (NULL: none yet), and the
+// default partition's last id (0: none).
 const rangeStateSQL = `
-SELECT s.last_value,
-    (SELECT created_at FROM outbox_intents WHERE id >= @from ORDER BY id LIMIT 1),
-    (SELECT coalesce(max(id), 0) FROM outbox_intents_default)
-FROM pg_sequences s
-WHERE s.schemaname = current_schema()
-  AND s.sequencename = (parse_ident(pg_get_serial_sequence('outbox_intents', 'id')))[2]`
+SELECT (SELECT created_at FROM outbox_intents WHERE id >= @from ORDER BY id LIMIT 1),
+    (SELECT coalesce(max(id), 0) FROM outbox_intents_default)`
 
-// MakeRanges makes id ranges ahead of the sequence until the ranges
-// reach a whole span beyond the last id given out, and returns how many
-// it made. Each is made in a transaction of its own: three tables created
-// bare and attached, which takes a SHARE UPDATE EXCLUSIVE lock of each
-// partitioned table (recording and dispatching go on) and a short
-// ACCESS EXCLUSIVE one of its default partition; lock_timeout keeps a
-// blocked attach from holding up the hot path behind it. A range starts
-// after any id already in the default partition.
+// MakeRanges makes id ranges ahead of the sequence until they reach a
+// whole range's size past the last id given out, and returns how many it
+// made. The size is what the range being filled (the one the last id is
+// in, or the newest before it) used since its first intent, scaled to
+// rules.Span; before a minute of it, that range's own size. Each is made
+// in a transaction of its own: three tables created bare and attached,
+// which takes a SHARE UPDATE EXCLUSIVE lock of each partitioned table
+// (recording and dispatching go on) and an ACCESS EXCLUSIVE one of its
+// default partition, which the attach scans (empty, unless ids outran the
+// ranges); lock_timeout keeps a blocked attach from holding up the hot
+// path behind it. A range starts after any id already in the default
+// partition.
 func (s *Store) MakeRanges(ctx context.Context, rules RangeRules, now time.Time) (int, error) {
-	ranges, err := s.Ranges(ctx)
+	ranges, last, err := s.rangesAndLastID(ctx)
 	if err != nil || len(ranges) == 0 {
 		return 0, err
 	}
-	last := ranges[len(ranges)-1]
+	cur := ranges[0]
+	for _, r := range ranges {
+		if r.From <= last {
+			cur = r
+		}
+	}
+	from := max(cur.From, 0)
 	var (
-		seq        *int64
 		firstAt    *time.Time
 		defaultMax int64
 	)
-	newest := newestUsedFrom(ranges)
-	if err := s.pool.QueryRow(ctx, rangeStateSQL, pgx.NamedArgs{"from": newest}).Scan(&seq, &firstAt, &defaultMax); err != nil {
-		return 0, fmt.Errorf("intentstore: read the sequence: %w", err)
+	if err := s.pool.QueryRow(ctx, rangeStateSQL, pgx.NamedArgs{"from": from}).Scan(&firstAt, &defaultMax); err != nil {
+		return 0, fmt.Errorf("intentstore: read the range being filled: %w", err)
 	}
-	given := int64(0)
-	if seq != nil {
-		given = *seq
-	}
-	size := rules.size(given-newest, firstAt, now)
+	size := rules.size(last-from+1, cur.To-from, firstAt, now)
 	made := 0
-	for next := max(last.To, defaultMax+1); next-given < size; next += size {
+	for next := max(ranges[len(ranges)-1].To, defaultMax+1); next-last <= size; next += size {
 		if err := s.attachRange(ctx, Range{Suffix: "from_" + strconv.FormatInt(next, 10), From: next, To: next + size}); err != nil {
 			return made, err
 		}
@@ -159,39 +159,11 @@ func (s *Store) MakeRanges(ctx context.Context, rules RangeRules, now time.Time)
 	return made, nil
 }
 
-// lastIDSQL is the last intent id the sequence gave out, 0 before the
-// first.
-const lastIDSQL = `SELECT coalesce(last_value, 0) FROM pg_sequences
-WHERE schemaname = current_schema()
-  AND sequencename = (parse_ident(pg_get_serial_sequence('outbox_intents', 'id')))[2]`
-
-// rangesAndLastID returns Ranges and the last id given out.
-func (s *Store) rangesAndLastID(ctx context.Context) ([]Range, int64, error) {
-	ranges, err := s.Ranges(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	var last int64
-	if err := s.pool.QueryRow(ctx, lastIDSQL).Scan(&last); err != nil {
-		return nil, 0, fmt.Errorf("intentstore: read the intents' sequence: %w", err)
-	}
-	return ranges, last, nil
-}
-
-// newestUsedFrom is where the range the sequence is in begins: the
-// newest range's first id when no range is known to be used yet.
-func newestUsedFrom(ranges []Range) int64 {
-	r := ranges[len(ranges)-1]
-	if r.From == math.MinInt64 {
-		return 0
-	}
-	return r.From
-}
-
-// size is the size of the next range: ids used in the newest range since
-// its first intent was recorded, scaled to the span.
-func (r RangeRules) size(used int64, firstAt *time.Time, now time.Time) int64 {
-	n := r.MinIDs
+// size is the size of the next range: the ids the range being filled used
+// since its first intent, scaled to the span; before a minute of it (or
+// any intent), that range's own size, which was sized so.
+func (r RangeRules) size(used, own int64, firstAt *time.Time, now time.Time) int64 {
+	n := own
 	if firstAt != nil && used > 0 {
 		if elapsed := now.Sub(*firstAt); elapsed >= time.Minute {
 			n = int64(float64(used) * float64(r.Span) / float64(elapsed))
@@ -454,4 +426,24 @@ func (s *Store) pruneGoneKeys(ctx context.Context, r Range, batch int) (int64, e
 			return total, nil
 		}
 	}
+}
+
+// lastIDSQL is the last intent id the sequence gave out: 0 before the
+// first, or to a role that may not read the sequence (every range then
+// counts as still being filled, and is pruned row by row).
+const lastIDSQL = `SELECT coalesce(last_value, 0) FROM pg_sequences
+WHERE schemaname = current_schema()
+  AND sequencename = (parse_ident(pg_get_serial_sequence('outbox_intents', 'id')))[2]`
+
+// rangesAndLastID returns Ranges and the last id given out.
+func (s *Store) rangesAndLastID(ctx context.Context) ([]Range, int64, error) {
+	ranges, err := s.Ranges(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	var last int64
+	if err := s.pool.QueryRow(ctx, lastIDSQL).Scan(&last); err != nil {
+		return nil, 0, fmt.Errorf("intentstore: read the intents' sequence: %w", err)
+	}
+	return ranges, last, nil
 }

@@ -211,3 +211,28 @@ func TestAKeyIsUniqueAcrossRanges(t *testing.T) {
 		t.Fatalf("recording the key of intent %d again in another range: %v, want a DuplicateKeyError naming it", first, err)
 	}
 }
+
+// A range is sized to a span of the recording rate the range being
+// filled saw: the ids it used since its first intent, scaled.
+func TestMakeRangesSizesARangeToTheSpan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, store, end := newRangedStore(t)
+	insertIntents(t, pool, store, "first", 1) // id 1, recorded now
+	skipTo(t, pool, end-100)
+	insertIntents(t, pool, store, "more", 1) // the range has used end-100 ids
+	rules := intentstore.RangeRules{Span: 24 * time.Hour, MinIDs: 100, MaxIDs: 1 << 40}
+	// Two days after the first intent: the next range holds half of what
+	// the range being filled used.
+	if made, err := store.MakeRanges(ctx, rules, time.Now().Add(48*time.Hour)); err != nil || made != 1 {
+		t.Fatalf("MakeRanges = %d, %v; want one range", made, err)
+	}
+	ranges, err := store.Ranges(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := ranges[len(ranges)-1].To-ranges[len(ranges)-1].From, (end-100)/2
+	if got < want-10 || got > want+10 {
+		t.Fatalf("the new range holds %d ids, want about %d (half a range used over two days)", got, want)
+	}
+}

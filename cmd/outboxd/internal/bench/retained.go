@@ -233,6 +233,9 @@ func (r *runner) retainedRows(ctx context.Context) ([]Row, error) {
 // database (see fillRetainedSQL), and brings the store's counts in line
 // with them.
 func fillRetained(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	if err := dayRanges(ctx, pool, n, 30); err != nil {
+		return err
+	}
 	if _, err := pool.Exec(ctx, fillRetainedSQL, n); err != nil {
 		return err
 	}
@@ -245,6 +248,23 @@ func fillRetained(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		}
 	}
 	return recount(ctx, pool)
+}
+
+// dayRanges lays out, in a new database, the id ranges the dispatchers'
+// leader would have made for n intents recorded evenly over days days: a
+// range a day after the first one a new database has (migration 017),
+// and one more for what follows. Without them the intents would go to
+// the default partition.
+func dayRanges(ctx context.Context, pool *pgxpool.Pool, n, days int) error {
+	span := max(n/days, 10_000)
+	for from := 100_001; from <= n+span; from += span {
+		for _, t := range []string{"outbox_intents", "outbox_attempts", "outbox_events"} {
+			if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s_from_%[2]d PARTITION OF %[1]s FOR VALUES FROM (%[2]d) TO (%[3]d)`, t, from, from+span)); err != nil {
+				return fmt.Errorf("make the range from %d of %s: %w", from, t, err)
+			}
+		}
+	}
+	return nil
 }
 
 // recount brings the store's finished counts in line with rows written

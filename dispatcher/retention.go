@@ -25,10 +25,6 @@ type Pruned struct {
 	// every intent of each had finished more than Config.AuditRetention
 	// ago (docs/operating.md, "Retention and the dedup window").
 	Ranges int64
-	// RangesLocked counts the ranges due that could not be dropped for
-	// want of a moment's lock of the history's tables (the hot path held
-	// them): the next pass tries again.
-	RangesLocked int64
 	// OrderingKeys is how many ordering keys that no unfinished intent
 	// holds were forgotten (see intents.Intent.OrderingKey); a key used
 	// again starts afresh, in recorded order as before.
@@ -104,10 +100,7 @@ func (d *Dispatcher) PruneOnce(ctx context.Context) (Pruned, error) {
 		return p, fmt.Errorf("dispatcher: prune processed markers: %w", err)
 	}
 	dropped, err := d.store.DropRanges(ctx, d.config.AuditRetention, d.config.RetentionBatch)
-	p.Ranges, p.Intents, p.RangesLocked = dropped.Ranges, dropped.Intents, dropped.Locked
-	if dropped.Locked > 0 {
-		d.config.Logger.WarnContext(ctx, "expired ranges of the history could not be locked to be dropped (the hot path held the tables); the next pass tries again", "ranges", dropped.Locked)
-	}
+	p.Ranges, p.Intents = dropped.Ranges, dropped.Intents
 	if err != nil {
 		return p, fmt.Errorf("dispatcher: drop expired ranges: %w", err)
 	}

@@ -204,9 +204,6 @@ type Dropped struct {
 	// Ranges and Intents count the ranges dropped and the intents they
 	// held.
 	Ranges, Intents int64
-	// Locked counts the ranges due that could not be locked (dropAttempts
-	// tries, each waiting lockTimeout at most): the next pass tries again.
-	Locked int64
 }
 
 // rangeDoneSQL says whether every intent of a range's partition has
@@ -252,10 +249,10 @@ WHERE ctid = ANY(ARRAY(
 // deleted, the finished counts brought down by what it held. The drop
 // takes an ACCESS EXCLUSIVE lock of the partitioned tables for a moment (a
 // DETACH does, unless CONCURRENTLY, which a default partition rules out);
-// a range whose lock is not had within lockTimeout, in dropAttempts tries,
-// is left for the next pass (Dropped.Locked). The keys of dropped ranges'
-// intents are deleted afterwards, in batches of keyBatch (pruneGapKeys); a
-// pass cut short leaves them to the next.
+// a range whose lock is not had within lockTimeout is left for the next
+// pass. The keys of dropped ranges' intents are deleted afterwards, in
+// batches of keyBatch (pruneGapKeys); a pass cut short leaves them to the
+// next.
 func (s *Store) DropRanges(ctx context.Context, olderThan time.Duration, keyBatch int) (Dropped, error) {
 	var out Dropped
 	ranges, last, err := s.rangesAndLastID(ctx)
@@ -272,10 +269,6 @@ func (s *Store) DropRanges(ctx context.Context, olderThan time.Duration, keyBatc
 			break
 		}
 		n, err := s.dropRange(ctx, r, horizon)
-		if errors.Is(err, errLocked) {
-			out.Locked++
-			continue
-		}
 		if err != nil {
 			return out, err
 		}
@@ -335,49 +328,8 @@ func (s *Store) dropRange(ctx context.Context, r Range, horizon time.Time) (int6
 	if err != nil {
 		return -1, wrapRange(r, "count", goneIsNone(err))
 	}
-	for attempt := 1; ; attempt++ {
-		dropped, err := s.dropLocked(ctx, r, counts, done)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") && attempt < dropAttempts {
-			// lock_not_available (the hot path's statements held the
-			// tables for longer than lockTimeout) or a deadlock with one
-			// of them: again, shortly.
-			select {
-			case <-ctx.Done():
-				return -1, ctx.Err()
-			case <-time.After(dropPause):
-			}
-			continue
-		}
-		if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") {
-			return -1, errLocked
-		}
-		if err != nil || !dropped {
-			return -1, wrapRange(r, "drop", goneIsNone(err))
-		}
-		return counts.total(), nil
-	}
-}
-
-// dropAttempts bounds how often dropRange tries to lock the tables, and
-// dropPause is the pause between tries: while one waits (lockTimeout at
-// most) the hot path's statements queue behind it.
-const (
-	dropAttempts = 10
-	dropPause    = 100 * time.Millisecond
-)
-
-// errLocked says that a range could not be locked to be dropped: the next
-// pass tries again.
-var errLocked = errors.New("intentstore: the history's tables could not be locked to drop a range")
-
-// dropLocked drops r under a lock of the partitioned tables if done still
-// says so, and reports whether it did.
-func (s *Store) dropLocked(ctx context.Context, r Range, counts kindStateCounts, done func(interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) (bool, error)) (bool, error) {
 	dropped := false
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+lockTimeout+"'; LOCK TABLE outbox_intents, outbox_attempts, outbox_events IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return err
 		}
@@ -399,7 +351,14 @@ func (s *Store) dropLocked(ctx context.Context, r Range, counts kindStateCounts,
 		dropped = true
 		return nil
 	})
-	return dropped, err
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: the next pass
+		return -1, nil
+	}
+	if err != nil || !dropped {
+		return -1, wrapRange(r, "drop", goneIsNone(err))
+	}
+	return counts.total(), nil
 }
 
 // goneIsNone is nil for an error saying that a partition does not exist:

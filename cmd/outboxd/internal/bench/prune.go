@@ -367,7 +367,7 @@ func (r *runner) pruneByRetention(ctx context.Context, side pruneSide, db *datab
 		}
 		passes++
 		total.Markers, total.Intents, total.Ranges = total.Markers+p.Markers, total.Intents+p.Intents, total.Ranges+p.Ranges
-		if p.Markers == 0 && p.Intents == 0 && p.RangesLocked == 0 {
+		if p.Markers == 0 && p.Intents == 0 {
 			break
 		}
 	}

@@ -117,9 +117,6 @@ func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config) (*river.Client[p
 	if err := river.AddWorkerSafely(workers, &countsWorker{d: d}); err != nil {
 		return nil, err
 	}
-	if err := river.AddWorkerSafely(workers, &rangesWorker{d: d}); err != nil {
-		return nil, err
-	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:               map[string]river.QueueConfig{intentstore.DispatchQueue: {MaxWorkers: cfg.MaxWorkers}},
 		Workers:              workers,
@@ -142,7 +139,6 @@ func (d *Dispatcher) newClient(pool *pgxpool.Pool, cfg *Config) (*river.Client[p
 			d.retentionJob(),
 			d.activityRollUpJob(),
 			d.countsJob(),
-			d.rangesJob(),
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.RecheckInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return recheckArgs{}, nil },
 				&river.PeriodicJobOpts{RunOnStart: true}),

@@ -18,13 +18,8 @@ type Pruned struct {
 	Markers int64
 	// Intents is how many terminal intents (succeeded, failed, cancelled)
 	// that finished more than Config.AuditRetention ago were deleted, each
-	// with its attempts and events: in the ranges dropped whole, and one by
-	// one.
+	// with its attempts and events.
 	Intents int64
-	// Ranges is how many id ranges of the history were dropped whole:
-	// every intent of each had finished more than Config.AuditRetention
-	// ago (docs/operating.md, "Retention and the dedup window").
-	Ranges int64
 	// OrderingKeys is how many ordering keys that no unfinished intent
 	// holds were forgotten (see intents.Intent.OrderingKey); a key used
 	// again starts afresh, in recorded order as before.
@@ -59,7 +54,7 @@ func (w *retentionWorker) Timeout(*river.Job[retentionArgs]) time.Duration {
 func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[retentionArgs]) error {
 	pruned, err := w.d.PruneOnce(ctx)
 	if pruned.Markers > 0 || pruned.Intents > 0 || pruned.OrderingKeys > 0 || pruned.ActivityMinutes > 0 || err != nil {
-		attrs := []any{"markers", pruned.Markers, "intents", pruned.Intents, "ranges", pruned.Ranges, "ordering_keys", pruned.OrderingKeys,
+		attrs := []any{"markers", pruned.Markers, "intents", pruned.Intents, "ordering_keys", pruned.OrderingKeys,
 			"activity_minutes", pruned.ActivityMinutes,
 			"dedup_window", w.d.config.DedupWindow, "audit_retention", w.d.config.AuditRetention}
 		if err != nil {
@@ -99,13 +94,7 @@ func (d *Dispatcher) PruneOnce(ctx context.Context) (Pruned, error) {
 	if err != nil {
 		return p, fmt.Errorf("dispatcher: prune processed markers: %w", err)
 	}
-	dropped, err := d.store.DropRanges(ctx, d.config.AuditRetention, d.config.RetentionBatch)
-	p.Ranges, p.Intents = dropped.Ranges, dropped.Intents
-	if err != nil {
-		return p, fmt.Errorf("dispatcher: drop expired ranges: %w", err)
-	}
-	one, err := d.pruneBatches(ctx, d.store.PruneIntents, d.config.AuditRetention)
-	p.Intents += one
+	p.Intents, err = d.pruneBatches(ctx, d.store.PruneIntents, d.config.AuditRetention)
 	if err != nil {
 		return p, fmt.Errorf("dispatcher: prune terminal intents: %w", err)
 	}

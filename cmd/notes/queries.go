@@ -79,5 +79,4 @@ SELECT
 
 // publishedIDSQL reads the message-id a NoteCreated intent was published
 // with (the provider key the dispatcher fixed at its first attempt).
-const publishedIDSQL = `SELECT coalesce(provider_key, idempotency_key) FROM outbox_intents
-WHERE id = (SELECT intent_id FROM outbox_intent_keys WHERE idempotency_key = $1)`
+const publishedIDSQL = `SELECT coalesce(provider_key, idempotency_key) FROM outbox_intents WHERE idempotency_key = $1`

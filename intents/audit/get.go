@@ -114,7 +114,7 @@ WHERE id = $1`
 const intentByKeySQL = `
 SELECT ` + intentColumns + `
 FROM outbox_intents
-WHERE id = (SELECT intent_id FROM outbox_intent_keys WHERE idempotency_key = $1)`
+WHERE idempotency_key = $1`
 
 // afterSQL lists the intents one comes after (intents.After).
 const afterSQL = `

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
@@ -36,7 +37,7 @@ func TestAnInDoubtListReadsTheHeldIntentsOnly(t *testing.T) {
 	plans := pgtest.Plans(t, pool, listQuery(f.states), nilIfEmpty(f.states), nil, nil,
 		f.consumer, f.messageID, f.ref, f.since, f.until, f.after, f.limit+1)
 	for mode, plan := range plans {
-		if !pgtest.ReadsIndex(t, pool, plan, "outbox_intents_held_idx") {
+		if !strings.Contains(plan, "outbox_intents_held_idx") {
 			t.Errorf("the in_doubt list's plan (%s) does not read outbox_intents_held_idx:\n%s", mode, plan)
 		}
 	}

@@ -122,8 +122,7 @@ const countRecordedFinishedSQL = `
 INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)
 SELECT kind, state, ` + countSlot + `, count(*)
 FROM outbox_intents
-WHERE id = ANY(ARRAY(SELECT intent_id FROM outbox_intent_keys WHERE idempotency_key = ANY(@keys::text[])))
-  AND state IN ` + finishedSQL + ` AND xmin = pg_current_xact_id()::xid
+WHERE idempotency_key = ANY(@keys::text[]) AND state IN ` + finishedSQL + ` AND xmin = pg_current_xact_id()::xid
 GROUP BY kind, state
 ORDER BY kind, state
 ON CONFLICT (kind, state, slot) DO UPDATE SET n = c.n + excluded.n`

@@ -3,7 +3,6 @@ package intentstore
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,61 +56,12 @@ func (s *Store) PruneMarkers(ctx context.Context, olderThan time.Duration, limit
 }
 
 // PruneIntents deletes up to limit terminal intents that finished longer
-// than olderThan ago, with their attempts, events and keys, and returns
-// how many. The finished counts lose what it deletes in the same
-// statement. It deletes row by row only where a range cannot be dropped
-// whole (DropRanges): in the default partition, and in a range that still
-// holds an unfinished intent. A range whose intents have all finished
-// keeps them until the last of them is older than olderThan, and is then
-// dropped.
+// than olderThan ago, with their attempts and events, and returns how many.
+// The finished counts lose what it deletes in the same statement.
 func (s *Store) PruneIntents(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	partitions, err := s.rowPruned(ctx)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	for _, p := range partitions {
-		var n int64
-		err := s.pool.QueryRow(ctx, strings.Replace(pruneIntentsSQL, "{partition}", pgx.Identifier{p}.Sanitize(), 1),
-			pgx.NamedArgs{"older_than_us": olderThan.Microseconds(), "limit": limit - int(total)}).Scan(&n)
-		if err = goneIsNone(err); err != nil { // a range dropped meanwhile has nothing left
-			return total, err
-		}
-		if total += n; total >= int64(limit) {
-			break
-		}
-	}
-	return total, nil
-}
-
-// rowPrunedSQL says, of a range's partition, whether it holds an
-// unfinished intent (outbox_intents_held_idx and the unfinished index).
-const rowPrunedSQL = `SELECT EXISTS (SELECT 1 FROM %s WHERE finished_at IS NULL)`
-
-// rowPruned names the partitions of outbox_intents that retention prunes
-// row by row: the default partition, the ranges ids are still given out
-// in (or will be: a quiet outbox may take longer than the retention to
-// fill one), and the full ranges that hold an unfinished intent. A full
-// range whose intents have all finished waits to be dropped whole.
-func (s *Store) rowPruned(ctx context.Context) ([]string, error) {
-	ranges, last, err := s.rangesAndLastID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := []string{"outbox_intents_default"}
-	for _, r := range ranges {
-		open := r.To > last
-		if !open {
-			err := s.pool.QueryRow(ctx, fmt.Sprintf(rowPrunedSQL, pgx.Identifier{r.partition("outbox_intents")}.Sanitize())).Scan(&open)
-			if err = goneIsNone(err); err != nil {
-				return nil, fmt.Errorf("intentstore: read the range [%d, %d): %w", r.From, r.To, err)
-			}
-		}
-		if open {
-			out = append(out, r.partition("outbox_intents"))
-		}
-	}
-	return out, nil
+	var n int64
+	err := s.pool.QueryRow(ctx, pruneIntentsSQL, pgx.NamedArgs{"older_than_us": olderThan.Microseconds(), "limit": limit}).Scan(&n)
+	return n, err
 }
 
 // PruneOrderingKeys deletes up to limit ordering keys that no unfinished
@@ -192,15 +142,14 @@ DELETE FROM outbox_processed_messages p
 USING doomed d
 WHERE p.consumer = d.consumer AND p.message_id = d.message_id`
 
-// pruneIntentsSQL deletes up to @limit terminal intents of one partition
-// ({partition}) that finished before the audit retention, oldest first; their
-// attempts and events go with them (ON DELETE CASCADE), their keys in the
-// statement. in_doubt and unfinished intents have no finished_at
+// pruneIntentsSQL deletes up to @limit terminal intents that finished before
+// the audit retention, oldest first; their attempts and events go with them
+// (ON DELETE CASCADE). in_doubt and unfinished intents have no finished_at
 // and are never touched. The finished counts lose what it deletes, in the
 // same statement. It returns how many it deleted.
 const pruneIntentsSQL = `
 WITH doomed AS (
-    SELECT id FROM {partition}
+    SELECT id FROM outbox_intents
     WHERE finished_at < now() - (@older_than_us::bigint * interval '1 microsecond')
     ORDER BY finished_at
     LIMIT @limit
@@ -208,12 +157,9 @@ WITH doomed AS (
 ),
 deleted AS (
     DELETE FROM outbox_intents i
-    WHERE i.id = ANY(ARRAY(SELECT id FROM doomed))
-    RETURNING i.kind, i.state, i.idempotency_key
-),
-keys AS (
-    DELETE FROM outbox_intent_keys k
-    WHERE k.idempotency_key = ANY(ARRAY(SELECT idempotency_key FROM deleted))
+    USING doomed d
+    WHERE i.id = d.id
+    RETURNING i.kind, i.state
 ),
 counted AS (
     INSERT INTO outbox_intent_counts AS c (kind, state, slot, n)

@@ -96,7 +96,7 @@ func KnownKeys(ctx context.Context, tx pgx.Tx, keys []string) (map[string]bool, 
 	return known, nil
 }
 
-const knownKeysSQL = `SELECT idempotency_key FROM outbox_intent_keys WHERE idempotency_key = ANY(@keys::text[])`
+const knownKeysSQL = `SELECT idempotency_key FROM outbox_intents WHERE idempotency_key = ANY(@keys::text[])`
 
 // LockPredecessors locks, marks and reads in tx the stored intents that
 // ib's intents come after (OrderAfter.Stored), all at once, in id order
@@ -580,7 +580,7 @@ func (s *Store) queueReleaseUnderLocks(b *pgx.Batch, ids []int64) {
 const lockPredecessorsSQL = `
 SELECT idempotency_key, id, state, coalesce(provider_ref, '')
 FROM outbox_intents
-WHERE id = ANY(ARRAY(SELECT intent_id FROM outbox_intent_keys WHERE idempotency_key = ANY(@keys::text[])))
+WHERE idempotency_key = ANY(@keys::text[])
 ORDER BY id
 FOR NO KEY UPDATE`
 
@@ -589,8 +589,7 @@ FOR NO KEY UPDATE`
 // the new intent from its state).
 const markPredecessorsSQL = `
 UPDATE outbox_intents SET has_dependents = true
-WHERE id = ANY(ARRAY(SELECT intent_id FROM outbox_intent_keys WHERE idempotency_key = ANY(@keys::text[])))
-  AND NOT has_dependents AND finished_at IS NULL`
+WHERE idempotency_key = ANY(@keys::text[]) AND NOT has_dependents AND finished_at IS NULL`
 
 // bumpOrderingKeysSQL locks the rows of a batch's ordering keys (sorted:
 // recorders of several keys cannot deadlock) and reserves each key's
@@ -657,9 +656,6 @@ stored AS (
     LEFT JOIN outbox_ordering_keys k ON k.ordering_key = d.ordering_key
     ORDER BY d.ord
     RETURNING id, idempotency_key
-),
-keys AS (
-    ` + insertKeysSQL + `
 ),
 events AS (
     INSERT INTO outbox_events (intent_id, actor, to_state, reason)

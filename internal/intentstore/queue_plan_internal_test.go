@@ -2,6 +2,7 @@ package intentstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestClaimQueuedReadsTheUnfinishedIndex(t *testing.T) {
 		"kinds": a.kinds, "kind_max_attempts": a.kindMaxAttempts, "providers": a.providers, "max_key_lengths": a.providerKeyLimit,
 	})
 	for mode, plan := range pgtest.Plans(t, pool, claimQueuedSQL, args) {
-		if !pgtest.ReadsIndex(t, pool, plan, "outbox_intents_unfinished_idx") {
+		if !strings.Contains(plan, "using outbox_intents_unfinished_idx on outbox_intents") {
 			t.Errorf("claimQueuedSQL's plan (%s) does not read the unfinished index:\n%s", mode, plan)
 		}
 	}

@@ -229,7 +229,7 @@ func MapInsertError(err error) error {
 		return nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "outbox_intent_keys_pkey" {
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "outbox_intents_idempotency_key_key" {
 		// Detail reads: Key (idempotency_key)=(the key) already exists.
 		key := pgErr.Detail
 		if i, j := strings.Index(key, "=("), strings.LastIndex(key, ") already exists"); i >= 0 && j > i {
@@ -273,37 +273,18 @@ RETURNING consumer, message_id`
 // the row says it (created_at, and the consumer that recorded it), and
 // outbox_intent_events shows it.
 const insertIntentsSQL = `
-WITH stored AS (
-    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
-                                trace_parent, trace_state, queued)
-    SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state, true
-    FROM unnest(@keys::text[], @kinds::text[], @providers::text[], @names::text[], @payloads::jsonb[],
-                @references::text[], @consumers::text[], @message_ids::text[], @trace_parents::text[], @trace_states::text[])
-        AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state)
-    RETURNING id, idempotency_key
-),
-keys AS (
-    ` + insertKeysSQL + `
-)
-SELECT id, idempotency_key FROM stored`
+INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
+                            trace_parent, trace_state, queued)
+SELECT idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state, true
+FROM unnest(@keys::text[], @kinds::text[], @providers::text[], @names::text[], @payloads::jsonb[],
+            @references::text[], @consumers::text[], @message_ids::text[], @trace_parents::text[], @trace_states::text[])
+    AS t(idempotency_key, kind, provider, name, payload, reference, consumer, message_id, trace_parent, trace_state)
+RETURNING id, idempotency_key`
 
 // insertIntentSQL is insertIntentsSQL for the common case of one intent,
 // with plain parameters instead of arrays: less work for both sides.
 const insertIntentSQL = `
-WITH stored AS (
-    INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
-                                trace_parent, trace_state, queued)
-    VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id, @trace_parent, @trace_state, true)
-    RETURNING id, idempotency_key
-),
-keys AS (
-    ` + insertKeysSQL + `
-)
-SELECT id FROM stored`
-
-// insertKeysSQL, a part of every statement that stores intents, keeps the
-// idempotency key of each intent of stored unique (migration 017): a
-// partitioned outbox_intents can only keep a key unique within each of
-// its partitions. The key is the primary key of outbox_intent_keys, and
-// the statement fails with its unique violation (MapInsertError).
-const insertKeysSQL = `INSERT INTO outbox_intent_keys (idempotency_key, intent_id) SELECT idempotency_key, id FROM stored`
+INSERT INTO outbox_intents (idempotency_key, kind, provider, name, payload, reference, consumer, message_id,
+                            trace_parent, trace_state, queued)
+VALUES (@key, @kind, @provider, @name, @payload, @reference, @consumer, @message_id, @trace_parent, @trace_state, true)
+RETURNING id`

@@ -43,25 +43,3 @@ func Plans(t testing.TB, pool *pgxpool.Pool, query string, args ...any) map[stri
 	}
 	return plans
 }
-
-// ReadsIndex reports whether plan reads index, a partitioned table's index
-// (an outbox_intents one: migration 017), through the index of any of its
-// partitions, whose names Postgres makes up.
-func ReadsIndex(t testing.TB, pool *pgxpool.Pool, plan, index string) bool {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), `
-		SELECT c.relname FROM pg_partition_tree(to_regclass($1)) p JOIN pg_class c ON c.oid = p.relid`, index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range names {
-		if strings.Contains(plan, "using "+name+" on") {
-			return true
-		}
-	}
-	return false
-}

@@ -46,8 +46,7 @@ const retainedInDoubt = 40
 // written here; extraValues are the expressions that fill those, over the
 // CTE rows (g, created, finished, kind, state, key, msg). It bypasses the
 // store on purpose: a million rows through the API would take longer than
-// the rest of the bench. Each intent's key goes to outbox_intent_keys, as
-// the store writes it.
+// the rest of the bench.
 func fillHistorySQL(params, extra, extraValues string) string {
 	return `
 WITH params AS (` + params + `
@@ -60,7 +59,7 @@ WITH params AS (` + params + `
                        WHEN 2 THEN 'stripe.refund' ELSE 'webhook.post' END AS kind,
             CASE WHEN g % 100 < 92 THEN 'succeeded' WHEN g % 100 < 97 THEN 'failed' ELSE 'cancelled' END AS state
         FROM params, generate_series(1, (SELECT n FROM params)) AS g) r
-), stored AS (
+)
 INSERT INTO outbox_intents (idempotency_key, kind, provider, name, consumer, message_id, reference, payload, state,
                             attempt_count, provider_ref, last_error, created_at, updated_at, finished_at,
                             provider_key, key_namespace, key_first_used_at, may_have_acted` + extra + `)
@@ -87,10 +86,7 @@ SELECT key, kind, split_part(kind, '.', 1), '', (SELECT consumer FROM params), m
     CASE WHEN state <> 'cancelled' THEN created END,
     state <> 'cancelled'` + extraValues + `
 FROM rows
-ORDER BY g
-RETURNING id, idempotency_key
-)
-INSERT INTO outbox_intent_keys (idempotency_key, intent_id) SELECT idempotency_key, id FROM stored ORDER BY id`
+ORDER BY g`
 }
 
 // fillMarkersSQL writes the processed marker of every intent's message,
@@ -174,7 +170,7 @@ func (r *runner) retainedRows(ctx context.Context) ([]Row, error) {
 		return nil, fmt.Errorf("fill: %w", err)
 	}
 	var heap, indexes int64
-	if err := full.pool.QueryRow(ctx, `SELECT sum(pg_relation_size(relid))::bigint, sum(pg_indexes_size(relid))::bigint FROM pg_partition_tree('outbox_intents')`).Scan(&heap, &indexes); err != nil {
+	if err := full.pool.QueryRow(ctx, `SELECT pg_relation_size('outbox_intents'), pg_indexes_size('outbox_intents')`).Scan(&heap, &indexes); err != nil {
 		return nil, err
 	}
 	r.progress("  filled in %s; outbox_intents: %d MiB of rows, %d MiB of indexes", time.Since(started).Round(time.Second), heap>>20, indexes>>20)
@@ -219,7 +215,7 @@ func (r *runner) retainedRows(ctx context.Context) ([]Row, error) {
 	if err := empty.pool.QueryRow(ctx, `SELECT max(id) FROM outbox_intents`).Scan(&sides[0].oldID); err != nil {
 		return nil, err
 	}
-	if err := full.pool.QueryRow(ctx, `SELECT intent_id FROM outbox_intent_keys WHERE idempotency_key = $1`, fmt.Sprint("retained:r-", max(1, n/2))).Scan(&sides[1].oldID); err != nil {
+	if err := full.pool.QueryRow(ctx, `SELECT id FROM outbox_intents WHERE idempotency_key = $1`, fmt.Sprint("retained:r-", max(1, n/2))).Scan(&sides[1].oldID); err != nil {
 		return nil, err
 	}
 	readRows, err := r.retainedReads(ctx, sides)
@@ -233,9 +229,6 @@ func (r *runner) retainedRows(ctx context.Context) ([]Row, error) {
 // database (see fillRetainedSQL), and brings the store's counts in line
 // with them.
 func fillRetained(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	if err := dayRanges(ctx, pool, n, 30); err != nil {
-		return err
-	}
 	if _, err := pool.Exec(ctx, fillRetainedSQL, n); err != nil {
 		return err
 	}
@@ -248,23 +241,6 @@ func fillRetained(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		}
 	}
 	return recount(ctx, pool)
-}
-
-// dayRanges lays out, in a new database, the id ranges the dispatchers'
-// leader would have made for n intents recorded evenly over days days: a
-// range a day after the first one a new database has (migration 017),
-// and one more for what follows. Without them the intents would go to
-// the default partition.
-func dayRanges(ctx context.Context, pool *pgxpool.Pool, n, days int) error {
-	span := max(n/days, 10_000)
-	for from := 100_001; from <= n+span; from += span {
-		for _, t := range []string{"outbox_intents", "outbox_attempts", "outbox_events"} {
-			if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s_from_%[2]d PARTITION OF %[1]s FOR VALUES FROM (%[2]d) TO (%[3]d)`, t, from, from+span)); err != nil {
-				return fmt.Errorf("make the range from %d of %s: %w", from, t, err)
-			}
-		}
-	}
-	return nil
 }
 
 // recount brings the store's finished counts in line with rows written
@@ -399,10 +375,9 @@ func (h hotShare) String() string {
 
 func readHot(ctx context.Context, pool *pgxpool.Pool) (hotShare, error) {
 	var h hotShare
-	err := pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_hot_upd), 0)::bigint,
-		(SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)::bigint FROM pg_statio_user_indexes
-		 WHERE relid IN (SELECT relid FROM pg_partition_tree('outbox_intents')))
-		FROM pg_stat_user_tables WHERE relid IN (SELECT relid FROM pg_partition_tree('outbox_intents'))`).Scan(&h.updates, &h.hot, &h.indexBlocks)
+	err := pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd,
+		(SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0)::bigint FROM pg_statio_user_indexes WHERE relname = 'outbox_intents')
+		FROM pg_stat_user_tables WHERE relname = 'outbox_intents'`).Scan(&h.updates, &h.hot, &h.indexBlocks)
 	return h, err
 }
 

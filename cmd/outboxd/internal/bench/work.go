@@ -302,7 +302,7 @@ SELECT CASE WHEN n.nspname = 'public' THEN t.relname ELSE n.nspname || '.' || t.
 FROM record
 JOIN pg_class i ON i.relfilenode = (record.rel[2])::oid
 JOIN pg_index x ON x.indexrelid = i.oid
-JOIN pg_class t ON t.oid = coalesce(pg_partition_root(x.indrelid), x.indrelid)
+JOIN pg_class t ON t.oid = x.indrelid
 JOIN pg_namespace n ON n.oid = t.relnamespace
 WHERE (record.rel[1])::oid = (SELECT oid FROM pg_database WHERE datname = current_database())
 GROUP BY 1`
@@ -386,16 +386,11 @@ type workSnapshot struct {
 // named schema.table outside public.
 func readWork(ctx context.Context, pool *pgxpool.Pool) (workSnapshot, error) {
 	s := workSnapshot{tables: map[string]tableWork{}}
-	// A partition counts as its partitioned table (this module's history:
-	// migration 017), whose indexes each of them has.
 	rows, err := pool.Query(ctx, `
-		SELECT CASE WHEN n.nspname = 'public' THEN r.relname ELSE n.nspname || '.' || r.relname END,
-			sum(n_tup_ins)::bigint, sum(n_tup_upd)::bigint, sum(n_tup_hot_upd)::bigint, sum(n_tup_del)::bigint,
-			max((SELECT count(*) FROM pg_index x WHERE x.indrelid = t.relid))
-		FROM pg_stat_user_tables t
-		JOIN pg_class r ON r.oid = coalesce(pg_partition_root(t.relid), t.relid)
-		JOIN pg_namespace n ON n.oid = r.relnamespace
-		GROUP BY 1`)
+		SELECT CASE WHEN schemaname = 'public' THEN relname ELSE schemaname || '.' || relname END,
+			n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del,
+			(SELECT count(*) FROM pg_index x WHERE x.indrelid = t.relid)
+		FROM pg_stat_user_tables t`)
 	if err != nil {
 		return s, err
 	}

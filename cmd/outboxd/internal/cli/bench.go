@@ -120,12 +120,12 @@ written to --out):
              promoted: the time to the first settlement on it, and the
              emails sent twice or never at the double
   prune      retention of a day of 1,000,000 finished intents, their
-             attempts, events, keys and markers, beside Consume and
-             dispatch at 200 messages/s: the day as a range of the
-             partitioned history, dropped whole, against the same day
-             deleted row by row (in the default partition); the time and
-             WAL of each, and the hot path's rate and commit → call p99
-             during each against the same hot path just before
+             attempts, events and markers, beside Consume and dispatch at
+             200 messages/s: the DROP of the day's partitions of a
+             hand-written partitioned copy of the history tables, against
+             this module's DELETE in batches (its retention pass); the
+             time and WAL of each, and the hot path's rate and commit →
+             call p99 during each against the same hot path just before
 
 Every scenario works in a scratch database of its own on the server at
 --database-url, dropped afterwards (failover runs servers of its own). The full run takes about twenty-five

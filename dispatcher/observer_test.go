@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/intents/intenttype"
+	"github.com/outboxkit/outbox/internal/testkit"
 	"github.com/outboxkit/outbox/providers"
 	"github.com/outboxkit/outbox/providers/fault"
 	"github.com/outboxkit/outbox/providers/sendgridprovider"
@@ -111,5 +112,39 @@ func TestObserverSeesEveryCommittedAttemptAndSettlement(t *testing.T) {
 	}
 	if sinceMin <= 0 {
 		t.Errorf("smallest time since recording = %s, want positive", sinceMin)
+	}
+}
+
+// A settlement whose commit's answer is lost is sent again, finds its own
+// outcome already there, and counts as applied: the Observer (and so the
+// settled metrics) hears of the email once, not never (DESIGN.md, "At the
+// borders": lost commit acknowledgements).
+func TestASettlementWhoseAnswerIsLostIsObservedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	proxied, proxy := testkit.LostAckPool(t, b.pool)
+	proxy.ArmStatement("WITH closed AS", 1) // settleSQL
+	obs := &recordingObserver{attempts: map[string]int{}, settled: map[string]int{}}
+	id := b.record(t, sendgridprovider.KindEmail, emailPayload)
+	cfg := b.config()
+	cfg.Observer = obs
+	b.startOn(t, proxied, cfg)
+
+	if s := b.waitSettled(t, id); s.State != intenttype.StateSucceeded {
+		t.Fatalf("intent = %+v, want succeeded", s)
+	}
+	if proxy.Lost() != 1 {
+		t.Fatalf("the proxy lost %d answers, want the settlement's", proxy.Lost())
+	}
+	if n := b.sendgrid.EffectsFor(id); n != 1 {
+		t.Fatalf("the SendGrid double sent %d emails, want 1", n)
+	}
+	testkit.Eventually(t, 5*time.Second, "the Observer hears of the success", func() bool {
+		_, settled, _, _ := obs.snapshot()
+		return settled[sendgridprovider.KindEmail+" succeeded"] == 1
+	})
+	_, settled, _, _ := obs.snapshot()
+	if n := settled[sendgridprovider.KindEmail+" succeeded"]; n != 1 {
+		t.Fatalf("the Observer heard of the success %d times, want once", n)
 	}
 }

@@ -158,7 +158,7 @@ func (s *Store) settleGroup(ctx context.Context, group []*call[Settlement, Settl
 		})
 	for _, cl := range group {
 		if cl.err == nil && !cl.res.Applied {
-			if cl.res, cl.err = s.settledState(ctx, cl.req.Row.ID); cl.err != nil {
+			if cl.res, cl.err = s.settledState(ctx, cl.req); cl.err != nil {
 				cl.err = fmt.Errorf("intentstore: settle intent %d: %w", cl.req.Row.ID, cl.err)
 			}
 		}
@@ -202,7 +202,7 @@ func (s *Store) settleAlone(ctx context.Context, st Settlement) (Settled, error)
 		return nil
 	})
 	if err == nil && !out.Applied {
-		out, err = s.settledState(ctx, st.Row.ID)
+		out, err = s.settledState(ctx, st)
 	}
 	if err != nil {
 		return Settled{}, fmt.Errorf("intentstore: settle intent %d: %w", st.Row.ID, err)
@@ -306,13 +306,23 @@ func (r *settleResult) settled() Settled {
 }
 
 // settledState reads, for a settlement that did not apply, the intent's
-// state now and whether an intent was recorded after it meanwhile.
-func (s *Store) settledState(ctx context.Context, id int64) (Settled, error) {
+// state now and whether an intent was recorded after it meanwhile, or
+// that the settlement applied after all: an earlier try of it committed,
+// its answer lost.
+func (s *Store) settledState(ctx context.Context, st Settlement) (Settled, error) {
 	var out Settled
+	args := pgx.NamedArgs{"id": st.Row.ID, "to": st.To, "attempt": nil, "finished_at": nil}
+	if st.Outcome != nil && st.Outcome.Outcome != "" {
+		args["attempt"], args["finished_at"] = st.Attempt, st.Outcome.Finished
+	}
 	err := s.retryTransient(ctx, func(ctx context.Context) error {
-		err := s.pool.QueryRow(ctx, settledStateSQL, pgx.NamedArgs{"id": id}).Scan(&out.State, &out.Queued, &out.dependentsAppeared)
+		var mine bool
+		err := s.pool.QueryRow(ctx, settledStateSQL, args).Scan(&out.State, &out.Queued, &out.dependentsAppeared, &mine)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // gone: retention pruned it
+		}
+		if err == nil && mine {
+			out = Settled{Applied: true, State: st.To}
 		}
 		return err
 	})
@@ -503,7 +513,18 @@ SELECT (SELECT count(*) FROM updated), (SELECT count(*) FROM adopted)`
 // settlement that did not apply: its state, whether the queue holds it,
 // and whether an intent was recorded after it meanwhile (see
 // settleAgainWithRelease). No row: it is gone (retention pruned it).
-const settledStateSQL = `SELECT state, queued, has_dependents FROM outbox_intents WHERE id = @id`
+//
+// It also says whether the settlement applied after all: it closed an
+// attempt, and the row shows that attempt closed at the settlement's own
+// finish time, in the state it settled to. An earlier try of this very
+// settlement committed and its answer was lost (the connection dropped
+// at the commit, a failover); sent again, its guard failed on its own
+// write.
+const settledStateSQL = `
+SELECT state, queued, has_dependents,
+    coalesce(attempt_count = @attempt AND attempt_finished_at = @finished_at AND state = @to::text, false)
+FROM outbox_intents
+WHERE id = @id`
 
 // endJobSQL deletes, after settleSQL in its transaction, the running River
 // dispatch job @job_id that made the attempt, unless the intent still

@@ -202,10 +202,8 @@ func (r *runner) failOver(ctx context.Context, primary, standby *pgcluster.Serve
 }
 
 // waitAllSucceeded waits until every intent of ids has succeeded, as the
-// database says: a settlement that committed on the standby but whose
-// answer the failover lost is sent again, finds the intent settled, and is
-// not reported to the Observer a second time, so counting reports would
-// wait for it forever.
+// database says: the promoted standby's rows, not the Observer's reports,
+// are what the failover kept.
 func waitAllSucceeded(ctx context.Context, pool *pgxpool.Pool, ids []int64) error {
 	ctx, cancel := context.WithTimeout(ctx, waitLimit)
 	defer cancel()

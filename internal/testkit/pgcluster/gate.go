@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// Gate relays TCP connections to a server, and can hold or cut them: put
+// Gate relays TCP connections to a server, and can hold and then cut them: put
 // between a primary and its standby, it makes the standby lag (Hold: what
 // the primary sends is no longer delivered) and then lose what it never
 // received (Cut), as a standby does behind a slow or broken network.
@@ -42,14 +42,6 @@ func (g *Gate) Hold() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.held = true
-}
-
-// Release delivers again what Hold kept, and what follows.
-func (g *Gate) Release() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.held = false
-	g.wake.Broadcast()
 }
 
 // Cut closes every connection, dropping what Hold kept, and refuses new

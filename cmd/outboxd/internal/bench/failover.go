@@ -102,20 +102,12 @@ func (r *runner) standbySide(ctx context.Context, primary *pgcluster.Server, db 
 	if err := primary.Configure(ctx, mode.settings); err != nil {
 		return standbySide{}, err
 	}
-	pool, err := migratedDatabase(ctx, primary, db, pgcluster.MultiHostURL(db, primary), r.sizes.Workers+10)
+	c, err := r.openClusterSide(ctx, primary, db, primary)
 	if err != nil {
 		return standbySide{}, err
 	}
-	defer pool.Close()
-	dbl, err := startDoubles(nil, false)
-	if err != nil {
-		return standbySide{}, err
-	}
-	defer dbl.Close()
-	client, err := intents.NewClient(pool, &intents.Config{Providers: dbl.Registry(), Logger: r.cfg.Logger})
-	if err != nil {
-		return standbySide{}, err
-	}
+	defer c.close()
+	pool, dbl, client := c.pool, c.dbl, c.client
 	n := r.sizes.ConsumeMessages
 	r.progress("failover, %s: %d messages through Consume, %d consumers", mode.name, n, poolerConsumers)
 	var seq atomic.Int64
@@ -150,20 +142,12 @@ func (r *runner) failOver(ctx context.Context, primary, standby *pgcluster.Serve
 		return failoverResult{}, err
 	}
 	const db = "failover"
-	pool, err := migratedDatabase(ctx, primary, db, pgcluster.MultiHostURL(db, primary, standby), r.sizes.Workers+10)
+	c, err := r.openClusterSide(ctx, primary, db, primary, standby)
 	if err != nil {
 		return failoverResult{}, err
 	}
-	defer pool.Close()
-	dbl, err := startDoubles(nil, false)
-	if err != nil {
-		return failoverResult{}, err
-	}
-	defer dbl.Close()
-	client, err := intents.NewClient(pool, &intents.Config{Providers: dbl.Registry(), Logger: r.cfg.Logger})
-	if err != nil {
-		return failoverResult{}, err
-	}
+	defer c.close()
+	pool, dbl, client := c.pool, c.dbl, c.client
 	res := failoverResult{n: r.sizes.DispatchIntents}
 	ids, err := recordIntents(ctx, client, "f-", sendgridprovider.KindEmail, res.n)
 	if err != nil {
@@ -199,6 +183,41 @@ func (r *runner) failOver(ctx context.Context, primary, standby *pgcluster.Serve
 	}
 	res.promotion, res.recovery = promoted.Sub(killed), settled.firstAfter(promoted).Sub(killed)
 	return res, countEffects(ctx, pool, dbl.SendGrid().EffectsFor, ids, &res)
+}
+
+// clusterSide is a database of its own on the scenario's primary, with the
+// doubles and a recording client.
+type clusterSide struct {
+	pool   *pgxpool.Pool
+	dbl    *doubles
+	client *intents.Client
+}
+
+// openClusterSide creates database db on primary, migrated, and opens it
+// through a pool on servers (the primary, or the primary and its standby:
+// a pool that follows a failover).
+func (r *runner) openClusterSide(ctx context.Context, primary *pgcluster.Server, db string, servers ...*pgcluster.Server) (*clusterSide, error) {
+	pool, err := migratedDatabase(ctx, primary, db, pgcluster.MultiHostURL(db, servers...), r.sizes.Workers+10)
+	if err != nil {
+		return nil, err
+	}
+	dbl, err := startDoubles(nil, false)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	client, err := intents.NewClient(pool, &intents.Config{Providers: dbl.Registry(), Logger: r.cfg.Logger})
+	if err != nil {
+		dbl.Close()
+		pool.Close()
+		return nil, err
+	}
+	return &clusterSide{pool: pool, dbl: dbl, client: client}, nil
+}
+
+func (c *clusterSide) close() {
+	c.dbl.Close()
+	c.pool.Close()
 }
 
 // waitAllSucceeded waits until every intent of ids has succeeded, as the

@@ -50,7 +50,8 @@
 //     at half the sustainable rate measured in the same run (so that the
 //     rows mean the same on any machine) and at Sizes.LatencyRate (500/s)
 //     for context, against River's own insert-to-work latency for no-op
-//     jobs at the same rate and settings. Targets: p50 10 ms, p99 50 ms.
+//     jobs at the same rate and settings, each side on a pool of
+//     latencyConns connections. Targets: p50 10 ms, p99 50 ms.
 //   - slow provider: intents per second against a provider answering in
 //     50 ms at 100 workers, against River jobs sleeping 50 ms at the same
 //     concurrency. Target: 80% of the concurrency bound, 100/0.05 s = 2000/s.

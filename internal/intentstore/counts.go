@@ -118,7 +118,7 @@ var countRecordedFinishedSQL = addToCountsSQL("", `
 // holds CTEs counted reads, written after WITH (RECURSIVE included). An
 // existing row is updated in place: a plain UPDATE writes one WAL record,
 // where INSERT ... ON CONFLICT DO UPDATE first locks the row it conflicts
-// with, a second record (Heap/LOCK, about 54 bytes a settlement, measured
+// with, a second record (Heap/LOCK, about 55 bytes a settlement, measured
 // with pg_walinspect). Only a (kind, state) the slot has never counted is
 // inserted, and the insert keeps ON CONFLICT for a concurrent transaction
 // of the same slot that inserted it first, after this statement's
